@@ -1,0 +1,120 @@
+//! Names every Baton component agrees on: label keys, annotation keys, ports,
+//! environment variables and default images. Nothing here does I/O.
+
+/// The API group of Baton's custom resources.
+pub const GROUP: &str = "baton.dev";
+/// The only served version so far.
+pub const VERSION: &str = "v1alpha1";
+/// Field manager used for every server-side apply Baton makes.
+pub const FIELD_MANAGER: &str = "baton-operator";
+
+/// Standard Kubernetes recommended labels.
+pub mod labels {
+    pub const NAME: &str = "app.kubernetes.io/name";
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+    pub const COMPONENT: &str = "app.kubernetes.io/component";
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    pub const PART_OF: &str = "app.kubernetes.io/part-of";
+
+    /// Value of `app.kubernetes.io/part-of` on every object Baton creates.
+    pub const PART_OF_VALUE: &str = "baton";
+    /// Value of `app.kubernetes.io/managed-by` on every object Baton creates.
+    pub const MANAGED_BY_VALUE: &str = "baton-operator";
+
+    /// Label keys users may not set through `spec.podLabels`: the selectors
+    /// and ownership depend on them.
+    pub const RESERVED: [&str; 5] = [NAME, INSTANCE, COMPONENT, MANAGED_BY, PART_OF];
+}
+
+/// Annotation keys.
+pub mod annotations {
+    /// Hash of the runtime configuration on the replica pod template, so a
+    /// configuration change produces a new revision that the rollout replaces.
+    pub const CONFIG_HASH: &str = "baton.dev/config-hash";
+    /// Prefix reserved for Baton's own annotations.
+    pub const RESERVED_PREFIX: &str = "baton.dev/";
+}
+
+/// Ports.
+pub mod ports {
+    /// The sidecar's HTTP port: turn API, admin API, probes and metrics.
+    pub const SIDECAR_HTTP: u16 = 7070;
+    /// Port of the client Service in front of the replicas.
+    pub const CLIENT_SERVICE: u16 = 80;
+    pub const REDIS: u16 = 6379;
+    pub const POSTGRES: u16 = 5432;
+    pub const MINIO: u16 = 9000;
+    /// Default port the user's agent container listens on.
+    pub const DEFAULT_AGENT: u16 = 8080;
+}
+
+/// HTTP paths of the sidecar used by probes and hooks.
+pub mod paths {
+    pub const HEALTHZ: &str = "/healthz";
+    pub const READYZ: &str = "/readyz";
+    /// Starts a drain and blocks until the in-flight turns finished or the
+    /// drain timeout passed. A GET because kubelet's httpGet hooks only GET.
+    pub const PRESTOP: &str = "/v1/admin/prestop";
+}
+
+/// Environment variables injected into the pods.
+pub mod env {
+    pub const REPLICA_ID: &str = "BATON_REPLICA_ID";
+    pub const POD_NAMESPACE: &str = "BATON_POD_NAMESPACE";
+    pub const DEPLOYMENT: &str = "BATON_DEPLOYMENT";
+    pub const LEASE_TTL: &str = "BATON_LEASE_TTL";
+    pub const STATE_TTL: &str = "BATON_STATE_TTL";
+    pub const RENEW_INTERVAL: &str = "BATON_RENEW_INTERVAL";
+    pub const DRAIN_TIMEOUT: &str = "BATON_DRAIN_TIMEOUT";
+    pub const HEARTBEAT_INTERVAL: &str = "BATON_HEARTBEAT_INTERVAL";
+    pub const AGENT_URL: &str = "BATON_AGENT_URL";
+    pub const AGENT_PORT: &str = "BATON_AGENT_PORT";
+    pub const WORKSPACE_DIR: &str = "BATON_WORKSPACE_DIR";
+    pub const LISTEN: &str = "BATON_LISTEN";
+    pub const REDIS_URL: &str = "BATON_REDIS_URL";
+    pub const DATABASE_URL: &str = "BATON_DATABASE_URL";
+    pub const S3_ENDPOINT: &str = "BATON_S3_ENDPOINT";
+    pub const S3_BUCKET: &str = "BATON_S3_BUCKET";
+    pub const S3_REGION: &str = "BATON_S3_REGION";
+    pub const S3_ACCESS_KEY_ID: &str = "BATON_S3_ACCESS_KEY_ID";
+    pub const S3_SECRET_ACCESS_KEY: &str = "BATON_S3_SECRET_ACCESS_KEY";
+    pub const S3_FORCE_PATH_STYLE: &str = "BATON_S3_FORCE_PATH_STYLE";
+
+    /// Prefix of every variable Baton injects; user `env` may not use it.
+    pub const RESERVED_PREFIX: &str = "BATON_";
+}
+
+/// Keys Baton reads from dependency Secrets (its own and external ones).
+pub mod secret_keys {
+    /// Redis or Postgres connection URL, credentials included.
+    pub const URL: &str = "url";
+    pub const PASSWORD: &str = "password";
+    pub const USERNAME: &str = "username";
+    pub const DATABASE: &str = "database";
+    pub const ENDPOINT: &str = "endpoint";
+    pub const REGION: &str = "region";
+    pub const ACCESS_KEY_ID: &str = "accessKeyId";
+    pub const SECRET_ACCESS_KEY: &str = "secretAccessKey";
+}
+
+/// Default images. Pinned tags so a render is reproducible.
+pub mod images {
+    pub const SIDECAR: &str = concat!("ghcr.io/baton-dev/baton:", env!("CARGO_PKG_VERSION"));
+    pub const REDIS: &str = "redis:7.2.5";
+    pub const POSTGRES: &str = "postgres:16.4";
+    pub const MINIO: &str = "minio/minio:RELEASE.2024-08-17T01-24-54Z";
+    pub const MINIO_CLIENT: &str = "minio/mc:RELEASE.2024-08-17T11-33-50Z";
+}
+
+/// Mount paths inside the replica pods.
+pub mod mounts {
+    pub const WORKSPACE: &str = "/workspace";
+    pub const SIDECAR_TMP: &str = "/tmp";
+}
+
+/// User id the sidecar and the pod run as (the distroless "nonroot" user).
+pub const NON_ROOT_UID: i64 = 65532;
+/// User id of the official Redis and Postgres images.
+pub const DATASTORE_UID: i64 = 999;
+/// Extra grace on top of the drain timeout before the kubelet kills a pod.
+pub const TERMINATION_GRACE_MARGIN_SECONDS: i64 = 15;

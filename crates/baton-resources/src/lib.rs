@@ -1,0 +1,125 @@
+//! The desired state of one `AgentDeployment`, as pure functions.
+//!
+//! [`build`] turns a validated resource (and the credentials of its managed
+//! stores) into every Kubernetes object it needs. Nothing here talks to a
+//! cluster or draws random numbers: the same input gives the same objects,
+//! which is what `baton render` prints and what the operator applies.
+#![forbid(unsafe_code)]
+
+mod credentials;
+pub mod meta;
+mod parts;
+pub mod replicas;
+pub mod stores;
+
+use baton_api::ValidAgentDeployment;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use credentials::Credentials;
+pub use replicas::RuntimeConfig;
+
+/// Every object of one `AgentDeployment`, by kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DesiredState {
+    pub service_account: Option<ServiceAccount>,
+    pub secrets: Vec<Secret>,
+    pub config_maps: Vec<ConfigMap>,
+    pub services: Vec<Service>,
+    /// Stores first, the replicas last.
+    pub stateful_sets: Vec<StatefulSet>,
+    pub jobs: Vec<Job>,
+    pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+}
+
+/// One child object, any kind. Serialises as the object itself.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ChildObject {
+    ServiceAccount(ServiceAccount),
+    Secret(Secret),
+    ConfigMap(ConfigMap),
+    Service(Service),
+    StatefulSet(StatefulSet),
+    Job(Job),
+    PodDisruptionBudget(PodDisruptionBudget),
+}
+
+impl DesiredState {
+    /// The objects in the order they are applied: what others refer to
+    /// (ServiceAccount, Secrets, ConfigMaps, Services) before what refers to
+    /// them (StatefulSets, Jobs), the disruption budget last.
+    pub fn into_objects(self) -> Vec<ChildObject> {
+        // No `..`: a new kind added to DesiredState must be placed here.
+        let DesiredState {
+            service_account,
+            secrets,
+            config_maps,
+            services,
+            stateful_sets,
+            jobs,
+            pod_disruption_budgets,
+        } = self;
+        let mut objects: Vec<ChildObject> =
+            service_account.into_iter().map(ChildObject::ServiceAccount).collect();
+        objects.extend(secrets.into_iter().map(ChildObject::Secret));
+        objects.extend(config_maps.into_iter().map(ChildObject::ConfigMap));
+        objects.extend(services.into_iter().map(ChildObject::Service));
+        objects.extend(stateful_sets.into_iter().map(ChildObject::StatefulSet));
+        objects.extend(jobs.into_iter().map(ChildObject::Job));
+        objects.extend(pod_disruption_budgets.into_iter().map(ChildObject::PodDisruptionBudget));
+        objects
+    }
+
+    /// The replica StatefulSet (always the last one).
+    pub fn replicas(&self) -> &StatefulSet {
+        self.stateful_sets.last().expect("build always adds the replica StatefulSet")
+    }
+}
+
+/// Digest of a Secret's data, so credentials feed the config hash without
+/// being copied anywhere.
+fn secret_digest(secret: &Secret) -> (String, Vec<u8>) {
+    let mut hasher = Sha256::new();
+    for (k, v) in secret.data.iter().flatten() {
+        hasher.update(k.as_bytes());
+        hasher.update([0]);
+        hasher.update(&v.0);
+        hasher.update([0]);
+    }
+    (secret.metadata.name.clone().unwrap_or_default(), hasher.finalize().to_vec())
+}
+
+/// Builds every child object of `agd`.
+pub fn build(agd: &ValidAgentDeployment, creds: &Credentials) -> DesiredState {
+    let mut state = DesiredState {
+        service_account: replicas::service_account(agd),
+        ..DesiredState::default()
+    };
+
+    let redis = stores::redis(agd, creds);
+    let postgres = stores::postgres(agd, creds);
+    let minio = stores::minio(agd, creds);
+    let (minio, bucket_job) = minio.unzip();
+    for store in [redis, postgres, minio].into_iter().flatten() {
+        state.secrets.push(store.secret);
+        state.services.push(store.service);
+        state.stateful_sets.push(store.stateful_set);
+    }
+    state.jobs.extend(bucket_job);
+
+    let config = RuntimeConfig::new(agd);
+    let digests: Vec<_> = state.secrets.iter().map(secret_digest).collect();
+    let hash = replicas::config_hash(&config, &digests);
+
+    state.config_maps.push(replicas::config_map(agd, &config));
+    state.services.push(replicas::client_service(agd));
+    state.services.push(replicas::headless_service(agd));
+    state.stateful_sets.push(replicas::stateful_set(agd, &hash));
+    state.pod_disruption_budgets.push(replicas::pod_disruption_budget(agd));
+    state
+}
