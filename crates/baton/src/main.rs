@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod manifest;
+mod yaml;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,7 +44,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Crd => manifest::crd_yaml().map(|yaml| print!("{yaml}")),
+        Command::Crd => manifest::crd_yaml().and_then(|yaml| write_stdout(&yaml)),
         Command::Validate { file } => manifest::load(&file).map(|(_, valid)| {
             println!("{}: valid AgentDeployment {:?}", file.display(), valid.name);
         }),
@@ -67,6 +68,14 @@ fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyh
         }
         None => baton_resources::Credentials::generate(),
     };
-    print!("{}", manifest::render(&valid, &creds, credentials.is_none())?);
-    Ok(())
+    write_stdout(&manifest::render(&valid, &creds, credentials.is_none())?)
+}
+
+/// Writes to standard output; a closed pipe (`baton crd | head`) is not an error.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }

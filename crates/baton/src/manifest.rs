@@ -40,7 +40,7 @@ pub fn load(path: &Path) -> anyhow::Result<(AgentDeployment, ValidAgentDeploymen
 }
 
 pub fn crd_yaml() -> anyhow::Result<String> {
-    Ok(serde_yaml::to_string(&AgentDeployment::crd())?)
+    crate::yaml::document(&AgentDeployment::crd())
 }
 
 /// Every object of the deployment as multi-document YAML, in apply order.
@@ -55,8 +55,7 @@ pub fn render(valid: &ValidAgentDeployment, creds: &Credentials, generated: bool
         out.push_str("# Store credentials were generated for this render; pass --credentials to reuse existing ones.\n");
     }
     for object in build(valid, creds).into_objects() {
-        out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&object)?);
+        out.push_str(&crate::yaml::document(&object)?);
     }
     Ok(out)
 }
