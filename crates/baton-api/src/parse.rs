@@ -21,7 +21,11 @@ fn violation(field: impl Into<String>, message: impl Into<String>) -> Validation
 /// by every other violation (serde writes `?` for unknown positions).
 fn field_path(path: &serde_path_to_error::Path) -> String {
     let text = path.to_string();
-    if text == "." || text.is_empty() { "(root)".into() } else { text }
+    if text == "." || text.is_empty() {
+        "(root)".into()
+    } else {
+        text
+    }
 }
 
 /// Parses one `AgentDeployment` document (YAML, or JSON which is YAML).
@@ -29,7 +33,10 @@ pub fn from_yaml(text: &str) -> Result<AgentDeployment, ValidationErrors> {
     if text.len() > MAX_MANIFEST_BYTES {
         return Err(violation(
             "(root)",
-            format!("the manifest is {} bytes; at most {MAX_MANIFEST_BYTES} are accepted", text.len()),
+            format!(
+                "the manifest is {} bytes; at most {MAX_MANIFEST_BYTES} are accepted",
+                text.len()
+            ),
         ));
     }
     let mut documents = serde_yaml::Deserializer::from_str(text);
@@ -39,10 +46,16 @@ pub fn from_yaml(text: &str) -> Result<AgentDeployment, ValidationErrors> {
     let value = serde_yaml::Value::deserialize(document)
         .map_err(|e| violation("(root)", format!("not valid YAML: {e}")))?;
     if documents.next().is_some() {
-        return Err(violation("(root)", "expected one document; split the file or pass one resource at a time"));
+        return Err(violation(
+            "(root)",
+            "expected one document; split the file or pass one resource at a time",
+        ));
     }
     if !value.is_mapping() {
-        return Err(violation("(root)", "expected a mapping with apiVersion, kind, metadata and spec"));
+        return Err(violation(
+            "(root)",
+            "expected a mapping with apiVersion, kind, metadata and spec",
+        ));
     }
 
     let mut problems = Vec::new();
@@ -82,7 +95,21 @@ pub fn from_yaml(text: &str) -> Result<AgentDeployment, ValidationErrors> {
     };
     let ignoring = serde_ignored::Deserializer::new(value, &mut record);
     let resource: AgentDeployment = serde_path_to_error::deserialize(ignoring).map_err(|e| {
-        violation(field_path(e.path()), e.inner().to_string())
+        let message = e.inner().to_string();
+        // serde names a missing field in the message of its parent; point at the field itself.
+        match message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split_once('`'))
+        {
+            Some((missing, _)) => {
+                let field = match field_path(e.path()).as_str() {
+                    "(root)" => missing.to_owned(),
+                    parent => format!("{parent}.{missing}"),
+                };
+                violation(field, "is required")
+            }
+            None => violation(field_path(e.path()), message),
+        }
     })?;
     if !unknown.is_empty() {
         return Err(ValidationErrors(
@@ -90,7 +117,8 @@ pub fn from_yaml(text: &str) -> Result<AgentDeployment, ValidationErrors> {
                 .into_iter()
                 .map(|field| Violation {
                     field,
-                    message: "unknown field (check the spelling; see `baton crd` for the schema)".into(),
+                    message: "unknown field (check the spelling; see `baton crd` for the schema)"
+                        .into(),
                 })
                 .collect(),
         ));
@@ -103,7 +131,12 @@ mod tests {
     use super::*;
 
     fn fields(text: &str) -> Vec<String> {
-        from_yaml(text).unwrap_err().0.into_iter().map(|v| v.field).collect()
+        from_yaml(text)
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|v| v.field)
+            .collect()
     }
 
     #[test]
@@ -118,13 +151,17 @@ mod tests {
 
     #[test]
     fn wrong_type_names_the_field() {
-        let f = fields("apiVersion: baton.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {name: a}\nspec: {image: x, replicas: many}\n");
+        let f = fields(
+            "apiVersion: baton.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {name: a}\nspec: {image: x, replicas: many}\n",
+        );
         assert_eq!(f, ["spec.replicas"]);
     }
 
     #[test]
     fn unknown_fields_are_reported_each_with_its_path() {
-        let f = fields("apiVersion: baton.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {name: a}\nspec: {image: x, session: {leaseTTL: 5s}, replica: 3}\n");
+        let f = fields(
+            "apiVersion: baton.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {name: a}\nspec: {image: x, session: {leaseTTL: 5s}, replica: 3}\n",
+        );
         assert_eq!(f, ["spec.session.leaseTTL", "spec.replica"]);
     }
 
@@ -136,7 +173,9 @@ mod tests {
 
     #[test]
     fn several_documents_are_refused() {
-        let f = fields("apiVersion: baton.dev/v1alpha1\nkind: AgentDeployment\nspec: {image: x}\n---\na: 1\n");
+        let f = fields(
+            "apiVersion: baton.dev/v1alpha1\nkind: AgentDeployment\nspec: {image: x}\n---\na: 1\n",
+        );
         assert_eq!(f, ["(root)"]);
     }
 }

@@ -118,8 +118,7 @@ static DNS_SUBDOMAIN_RE: LazyLock<Regex> = LazyLock::new(|| regex(DNS_SUBDOMAIN_
 static SECRET_KEY_RE: LazyLock<Regex> = LazyLock::new(|| regex(SECRET_KEY_PATTERN));
 static BUCKET_RE: LazyLock<Regex> = LazyLock::new(|| regex(BUCKET_PATTERN));
 static IMAGE_RE: LazyLock<Regex> = LazyLock::new(|| regex(IMAGE_PATTERN));
-static DNS_LABEL_RE: LazyLock<Regex> =
-    LazyLock::new(|| regex(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"));
+static DNS_LABEL_RE: LazyLock<Regex> = LazyLock::new(|| regex(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"));
 static DNS_1035_LABEL_RE: LazyLock<Regex> =
     LazyLock::new(|| regex(r"^[a-z]([-a-z0-9]*[a-z0-9])?$"));
 static LABEL_NAME_RE: LazyLock<Regex> =
@@ -157,7 +156,10 @@ impl Checker {
         self.require(
             !image.is_empty() && image.len() <= 4096 && IMAGE_RE.is_match(image),
             field,
-            || "must be a non-empty image reference without whitespace (at most 4096 characters)".into(),
+            || {
+                "must be a non-empty image reference without whitespace (at most 4096 characters)"
+                    .into()
+            },
         );
     }
 
@@ -200,8 +202,8 @@ impl Checker {
             Some((p, n)) => (Some(p), n),
             None => (None, key),
         };
-        let prefix_ok = prefix
-            .is_none_or(|p| !p.is_empty() && p.len() <= 253 && DNS_SUBDOMAIN_RE.is_match(p));
+        let prefix_ok =
+            prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && DNS_SUBDOMAIN_RE.is_match(p));
         let name_ok = name.len() <= DNS_LABEL_MAX && LABEL_NAME_RE.is_match(name);
         self.require(prefix_ok && name_ok, field, || {
             format!("key {key:?} must be a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
@@ -220,9 +222,11 @@ impl Checker {
         for (i, t) in tolerations.iter().enumerate() {
             let field = format!("spec.tolerations[{i}]");
             if let Some(op) = t.operator.as_deref() {
-                self.require(matches!(op, "Exists" | "Equal"), &format!("{field}.operator"), || {
-                    format!("{op:?} must be one of Exists, Equal")
-                });
+                self.require(
+                    matches!(op, "Exists" | "Equal"),
+                    &format!("{field}.operator"),
+                    || format!("{op:?} must be one of Exists, Equal"),
+                );
             }
             if let Some(effect) = t.effect.as_deref() {
                 self.require(
@@ -255,8 +259,14 @@ impl Checker {
     }
 
     fn external_url(&mut self, field: &str, external: &ExternalUrl) {
-        self.dns_subdomain(&format!("{field}.secretRef.name"), &external.secret_ref.name);
-        self.secret_key(&format!("{field}.secretRef.urlKey"), &external.secret_ref.url_key);
+        self.dns_subdomain(
+            &format!("{field}.secretRef.name"),
+            &external.secret_ref.name,
+        );
+        self.secret_key(
+            &format!("{field}.secretRef.urlKey"),
+            &external.secret_ref.url_key,
+        );
     }
 
     fn secret_key(&mut self, field: &str, key: &str) {
@@ -375,7 +385,12 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
     c.require(
         spec.agent_port != i32::from(ports::SIDECAR_HTTP),
         "spec.agentPort",
-        || format!("{} is the sidecar's port; choose another", ports::SIDECAR_HTTP),
+        || {
+            format!(
+                "{} is the sidecar's port; choose another",
+                ports::SIDECAR_HTTP
+            )
+        },
     );
     let mut env_names = BTreeSet::new();
     for (i, var) in spec.env.iter().enumerate() {
@@ -383,7 +398,14 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
         if var.name.is_empty() || var.name.len() > 256 || !ENV_NAME_RE.is_match(&var.name) {
             c.fail(&field, format!("{:?} must be an environment variable name: letters, digits, '_', '-' and '.', not starting with a digit", var.name));
         } else if var.name.starts_with(env::RESERVED_PREFIX) {
-            c.fail(&field, format!("{:?}: names starting with {} are reserved for Baton", var.name, env::RESERVED_PREFIX));
+            c.fail(
+                &field,
+                format!(
+                    "{:?}: names starting with {} are reserved for Baton",
+                    var.name,
+                    env::RESERVED_PREFIX
+                ),
+            );
         } else if !env_names.insert(var.name.as_str()) {
             c.fail(&field, format!("{:?} is set twice", var.name));
         }
@@ -394,18 +416,36 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
     }
     label_map(&mut c, "spec.nodeSelector", &spec.node_selector, &[]);
     c.tolerations(&spec.tolerations);
-    label_map(&mut c, "spec.podLabels", &spec.pod_labels, &labels::RESERVED);
+    label_map(
+        &mut c,
+        "spec.podLabels",
+        &spec.pod_labels,
+        &labels::RESERVED,
+    );
     for key in spec.pod_annotations.keys() {
         let field = format!("spec.podAnnotations[{key:?}]");
         c.label_key(&field, key);
-        c.require(!key.starts_with(annotations::RESERVED_PREFIX), &field, || {
-            format!("keys under {} are reserved for Baton", annotations::RESERVED_PREFIX)
-        });
+        c.require(
+            !key.starts_with(annotations::RESERVED_PREFIX),
+            &field,
+            || {
+                format!(
+                    "keys under {} are reserved for Baton",
+                    annotations::RESERVED_PREFIX
+                )
+            },
+        );
     }
-    let annotation_bytes: usize = spec.pod_annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
-    c.require(annotation_bytes <= 128 * 1024, "spec.podAnnotations", || {
-        format!("{annotation_bytes} bytes in total; annotations must stay under 128 KiB")
-    });
+    let annotation_bytes: usize = spec
+        .pod_annotations
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    c.require(
+        annotation_bytes <= 128 * 1024,
+        "spec.podAnnotations",
+        || format!("{annotation_bytes} bytes in total; annotations must stay under 128 KiB"),
+    );
 
     let timings = session_timings(&mut c, &spec.session);
 
@@ -421,10 +461,14 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
     );
     let object_store = c.dependency(
         "spec.dependencies.objectStore",
-        deps.object_store.as_ref().map(|d| (&d.managed, &d.external)),
+        deps.object_store
+            .as_ref()
+            .map(|d| (&d.managed, &d.external)),
     );
     match &redis {
-        Some(Dependency::Managed(m)) => c.managed_store("spec.dependencies.redis.managed", &m.store),
+        Some(Dependency::Managed(m)) => {
+            c.managed_store("spec.dependencies.redis.managed", &m.store)
+        }
         Some(Dependency::External(e)) => c.external_url("spec.dependencies.redis.external", e),
         None => {}
     }
@@ -439,7 +483,10 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
             c.bucket("spec.dependencies.objectStore.managed.bucket", &m.bucket);
         }
         Some(Dependency::External(e)) => {
-            c.dns_subdomain("spec.dependencies.objectStore.external.secretRef.name", &e.secret_ref.name);
+            c.dns_subdomain(
+                "spec.dependencies.objectStore.external.secretRef.name",
+                &e.secret_ref.name,
+            );
             c.bucket("spec.dependencies.objectStore.external.bucket", &e.bucket);
         }
         None => {}
@@ -453,7 +500,12 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
     c.require(
         (1..=MAX_REPLICAS).contains(&spec.rollout.max_unavailable),
         "spec.rollout.maxUnavailable",
-        || format!("{} must be between 1 and {MAX_REPLICAS}", spec.rollout.max_unavailable),
+        || {
+            format!(
+                "{} must be between 1 and {MAX_REPLICAS}",
+                spec.rollout.max_unavailable
+            )
+        },
     );
 
     // Derived names must be valid for their kinds; only check the ones that exist.
@@ -491,13 +543,19 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
     }
 
     match (timings, redis, postgres, object_store) {
-        (Some(timings), Some(redis), Some(postgres), Some(object_store)) if c.violations.is_empty() => {
+        (Some(timings), Some(redis), Some(postgres), Some(object_store))
+            if c.violations.is_empty() =>
+        {
             Ok(ValidAgentDeployment {
                 resource: resource.clone(),
                 name,
                 names,
                 timings,
-                sidecar_image: spec.sidecar.image.clone().unwrap_or_else(|| images::SIDECAR.into()),
+                sidecar_image: spec
+                    .sidecar
+                    .image
+                    .clone()
+                    .unwrap_or_else(|| images::SIDECAR.into()),
                 redis,
                 postgres,
                 object_store,
@@ -533,12 +591,23 @@ fn session_timings(c: &mut Checker, s: &crate::SessionSpec) -> Option<SessionTim
         c.require(
             (bounds::LEASE_TTL_MIN..=bounds::LEASE_TTL_MAX).contains(&l),
             "spec.session.leaseTtl",
-            || format!("{} must be between {} and {}", show(l), show(bounds::LEASE_TTL_MIN), show(bounds::LEASE_TTL_MAX)),
+            || {
+                format!(
+                    "{} must be between {} and {}",
+                    show(l),
+                    show(bounds::LEASE_TTL_MIN),
+                    show(bounds::LEASE_TTL_MAX)
+                )
+            },
         );
     }
     if let Some(st) = state_ttl {
         c.require(st <= bounds::STATE_TTL_MAX, "spec.session.stateTtl", || {
-            format!("{} must be at most {}", show(st), show(bounds::STATE_TTL_MAX))
+            format!(
+                "{} must be at most {}",
+                show(st),
+                show(bounds::STATE_TTL_MAX)
+            )
         });
         if let Some(l) = lease_ttl {
             c.require(st >= l, "spec.session.stateTtl", || {
@@ -550,18 +619,37 @@ fn session_timings(c: &mut Checker, s: &crate::SessionSpec) -> Option<SessionTim
         c.require(
             (bounds::DRAIN_TIMEOUT_MIN..=bounds::DRAIN_TIMEOUT_MAX).contains(&d),
             "spec.session.drainTimeout",
-            || format!("{} must be between {} and {}", show(d), show(bounds::DRAIN_TIMEOUT_MIN), show(bounds::DRAIN_TIMEOUT_MAX)),
+            || {
+                format!(
+                    "{} must be between {} and {}",
+                    show(d),
+                    show(bounds::DRAIN_TIMEOUT_MIN),
+                    show(bounds::DRAIN_TIMEOUT_MAX)
+                )
+            },
         );
     }
     if let (Some(r), Some(l)) = (renew_interval, lease_ttl) {
         c.require(!r.is_zero() && r < l, "spec.session.renewInterval", || {
-            format!("{} must be greater than 0 and shorter than leaseTtl ({})", show(r), show(l))
+            format!(
+                "{} must be greater than 0 and shorter than leaseTtl ({})",
+                show(r),
+                show(l)
+            )
         });
     }
     if let Some(h) = heartbeat_interval {
-        c.require(h >= bounds::HEARTBEAT_INTERVAL_MIN, "spec.session.heartbeatInterval", || {
-            format!("{} must be at least {}", show(h), show(bounds::HEARTBEAT_INTERVAL_MIN))
-        });
+        c.require(
+            h >= bounds::HEARTBEAT_INTERVAL_MIN,
+            "spec.session.heartbeatInterval",
+            || {
+                format!(
+                    "{} must be at least {}",
+                    show(h),
+                    show(bounds::HEARTBEAT_INTERVAL_MIN)
+                )
+            },
+        );
         if let Some(l) = lease_ttl {
             c.require(h < l, "spec.session.heartbeatInterval", || {
                 format!("{} must be shorter than leaseTtl ({})", show(h), show(l))

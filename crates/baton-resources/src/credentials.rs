@@ -80,7 +80,11 @@ mod tests {
         let a = Credentials::generate();
         let b = Credentials::generate();
         assert_ne!(a, b);
-        for value in [&a.redis_password, &a.postgres_password, &a.object_store_secret_access_key] {
+        for value in [
+            &a.redis_password,
+            &a.postgres_password,
+            &a.object_store_secret_access_key,
+        ] {
             assert_eq!(value.len(), PASSWORD_LEN);
             assert!(value.chars().all(|c| c.is_ascii_alphanumeric()));
         }

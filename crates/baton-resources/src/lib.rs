@@ -64,20 +64,28 @@ impl DesiredState {
             jobs,
             pod_disruption_budgets,
         } = self;
-        let mut objects: Vec<ChildObject> =
-            service_account.into_iter().map(ChildObject::ServiceAccount).collect();
+        let mut objects: Vec<ChildObject> = service_account
+            .into_iter()
+            .map(ChildObject::ServiceAccount)
+            .collect();
         objects.extend(secrets.into_iter().map(ChildObject::Secret));
         objects.extend(config_maps.into_iter().map(ChildObject::ConfigMap));
         objects.extend(services.into_iter().map(ChildObject::Service));
         objects.extend(stateful_sets.into_iter().map(ChildObject::StatefulSet));
         objects.extend(jobs.into_iter().map(ChildObject::Job));
-        objects.extend(pod_disruption_budgets.into_iter().map(ChildObject::PodDisruptionBudget));
+        objects.extend(
+            pod_disruption_budgets
+                .into_iter()
+                .map(ChildObject::PodDisruptionBudget),
+        );
         objects
     }
 
     /// The replica StatefulSet (always the last one).
     pub fn replicas(&self) -> &StatefulSet {
-        self.stateful_sets.last().expect("build always adds the replica StatefulSet")
+        self.stateful_sets
+            .last()
+            .expect("build always adds the replica StatefulSet")
     }
 }
 
@@ -91,7 +99,10 @@ fn secret_digest(secret: &Secret) -> (String, Vec<u8>) {
         hasher.update(&v.0);
         hasher.update([0]);
     }
-    (secret.metadata.name.clone().unwrap_or_default(), hasher.finalize().to_vec())
+    (
+        secret.metadata.name.clone().unwrap_or_default(),
+        hasher.finalize().to_vec(),
+    )
 }
 
 /// Builds every child object of `agd`.
@@ -120,6 +131,8 @@ pub fn build(agd: &ValidAgentDeployment, creds: &Credentials) -> DesiredState {
     state.services.push(replicas::client_service(agd));
     state.services.push(replicas::headless_service(agd));
     state.stateful_sets.push(replicas::stateful_set(agd, &hash));
-    state.pod_disruption_budgets.push(replicas::pod_disruption_budget(agd));
+    state
+        .pod_disruption_budgets
+        .push(replicas::pod_disruption_budget(agd));
     state
 }

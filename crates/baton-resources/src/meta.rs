@@ -69,7 +69,10 @@ pub fn labels(agd: &ValidAgentDeployment, app: App) -> BTreeMap<String, String> 
     let mut all = selector_labels(agd, app);
     all.extend([
         (labels::PART_OF.to_owned(), labels::PART_OF_VALUE.to_owned()),
-        (labels::MANAGED_BY.to_owned(), labels::MANAGED_BY_VALUE.to_owned()),
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
     ]);
     all
 }
@@ -81,7 +84,10 @@ pub fn owner_reference(agd: &ValidAgentDeployment) -> OwnerReference {
         api_version: AgentDeployment::api_version(&()).into_owned(),
         kind: AgentDeployment::kind(&()).into_owned(),
         name: agd.name.clone(),
-        uid: meta.uid.clone().unwrap_or_else(|| PLACEHOLDER_UID.to_owned()),
+        uid: meta
+            .uid
+            .clone()
+            .unwrap_or_else(|| PLACEHOLDER_UID.to_owned()),
         controller: Some(true),
         block_owner_deletion: Some(true),
     }

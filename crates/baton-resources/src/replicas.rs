@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use baton_api::constants::{annotations, env, mounts, paths, ports, NON_ROOT_UID, TERMINATION_GRACE_MARGIN_SECONDS};
-use baton_api::validate::{Dependency, format_duration};
 use baton_api::ValidAgentDeployment;
+use baton_api::constants::{
+    NON_ROOT_UID, TERMINATION_GRACE_MARGIN_SECONDS, annotations, env, mounts, paths, ports,
+};
+use baton_api::validate::{Dependency, format_duration};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, Lifecycle,
@@ -41,8 +43,14 @@ impl RuntimeConfig {
             (env::STATE_TTL, format_duration(t.state_ttl)),
             (env::RENEW_INTERVAL, format_duration(t.renew_interval)),
             (env::DRAIN_TIMEOUT, format_duration(t.drain_timeout)),
-            (env::HEARTBEAT_INTERVAL, format_duration(t.heartbeat_interval)),
-            (env::AGENT_URL, format!("http://127.0.0.1:{}", agd.resource.spec.agent_port)),
+            (
+                env::HEARTBEAT_INTERVAL,
+                format_duration(t.heartbeat_interval),
+            ),
+            (
+                env::AGENT_URL,
+                format!("http://127.0.0.1:{}", agd.resource.spec.agent_port),
+            ),
             (env::WORKSPACE_DIR, mounts::WORKSPACE.to_owned()),
             (env::LISTEN, format!("0.0.0.0:{}", ports::SIDECAR_HTTP)),
         ]);
@@ -52,7 +60,12 @@ impl RuntimeConfig {
         };
         settings.insert(env::S3_BUCKET, bucket);
         settings.insert(env::S3_FORCE_PATH_STYLE, path_style.to_string());
-        Self(settings.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+        Self(
+            settings
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        )
     }
 
     fn env(&self) -> impl Iterator<Item = k8s_openapi::api::core::v1::EnvVar> + '_ {
@@ -108,7 +121,11 @@ pub fn client_service(agd: &ValidAgentDeployment) -> Service {
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_labels(agd, App::Agent)),
-            ports: Some(vec![service_port(HTTP_PORT_NAME, ports::CLIENT_SERVICE, HTTP_PORT_NAME)]),
+            ports: Some(vec![service_port(
+                HTTP_PORT_NAME,
+                ports::CLIENT_SERVICE,
+                HTTP_PORT_NAME,
+            )]),
             ..ServiceSpec::default()
         }),
         status: None,
@@ -124,7 +141,11 @@ pub fn headless_service(agd: &ValidAgentDeployment) -> Service {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(agd, App::Agent)),
-            ports: Some(vec![service_port(HTTP_PORT_NAME, ports::SIDECAR_HTTP, HTTP_PORT_NAME)]),
+            ports: Some(vec![service_port(
+                HTTP_PORT_NAME,
+                ports::SIDECAR_HTTP,
+                HTTP_PORT_NAME,
+            )]),
             ..ServiceSpec::default()
         }),
         status: None,
@@ -189,7 +210,10 @@ fn default_sidecar_resources() -> ResourceRequirements {
             ("cpu".into(), Quantity("50m".into())),
             ("memory".into(), Quantity("64Mi".into())),
         ])),
-        limits: Some(BTreeMap::from([("memory".into(), Quantity("256Mi".into()))])),
+        limits: Some(BTreeMap::from([(
+            "memory".into(),
+            Quantity("256Mi".into()),
+        )])),
         ..ResourceRequirements::default()
     }
 }
@@ -286,7 +310,8 @@ pub fn stateful_set(agd: &ValidAgentDeployment, config_hash: &str) -> StatefulSe
     let mut pod_annotations = spec.pod_annotations.clone();
     pod_annotations.insert(annotations::CONFIG_HASH.into(), config_hash.to_owned());
 
-    let grace = agd.timings.drain_timeout.as_secs_f64().ceil() as i64 + TERMINATION_GRACE_MARGIN_SECONDS;
+    let grace =
+        agd.timings.drain_timeout.as_secs_f64().ceil() as i64 + TERMINATION_GRACE_MARGIN_SECONDS;
     let own_service_account = spec.service_account_name.is_none();
 
     StatefulSet {
@@ -308,12 +333,15 @@ pub fn stateful_set(agd: &ValidAgentDeployment, config_hash: &str) -> StatefulSe
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(
-                        spec.service_account_name.clone().unwrap_or_else(|| agd.names.replicas()),
+                        spec.service_account_name
+                            .clone()
+                            .unwrap_or_else(|| agd.names.replicas()),
                     ),
                     automount_service_account_token: own_service_account.then_some(false),
                     termination_grace_period_seconds: Some(grace),
                     security_context: Some(pod_security(NON_ROOT_UID)),
-                    node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+                    node_selector: (!spec.node_selector.is_empty())
+                        .then(|| spec.node_selector.clone()),
                     tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
                     containers: vec![agent_container(agd), sidecar_container(agd, &config)],
                     volumes: Some(vec![

@@ -6,7 +6,7 @@
 //! Redis and Postgres; `endpoint`, `accessKeyId`, `secretAccessKey`,
 //! `region` for the object store), so the sidecar's wiring is one code path.
 
-use baton_api::constants::{env, images, ports, secret_keys, DATASTORE_UID};
+use baton_api::constants::{DATASTORE_UID, env, images, ports, secret_keys};
 use baton_api::validate::{DEFAULT_STORAGE, Dependency};
 use baton_api::{ManagedStore, ValidAgentDeployment};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
@@ -22,8 +22,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use crate::credentials::Credentials;
 use crate::meta::{App, label_selector, labels, object_meta, selector_labels};
 use crate::parts::{
-    container_security, data_volume_claim, env_from_secret, env_value, pod_security,
-    secret_data, service_port, tcp_probe,
+    container_security, data_volume_claim, env_from_secret, env_value, pod_security, secret_data,
+    service_port, tcp_probe,
 };
 
 /// MinIO's image runs as this user when not root.
@@ -58,8 +58,18 @@ fn object_store_env(secret: &str) -> Vec<EnvVar> {
     vec![
         env_from_secret(env::S3_ENDPOINT, secret, secret_keys::ENDPOINT, false),
         env_from_secret(env::S3_REGION, secret, secret_keys::REGION, true),
-        env_from_secret(env::S3_ACCESS_KEY_ID, secret, secret_keys::ACCESS_KEY_ID, false),
-        env_from_secret(env::S3_SECRET_ACCESS_KEY, secret, secret_keys::SECRET_ACCESS_KEY, false),
+        env_from_secret(
+            env::S3_ACCESS_KEY_ID,
+            secret,
+            secret_keys::ACCESS_KEY_ID,
+            false,
+        ),
+        env_from_secret(
+            env::S3_SECRET_ACCESS_KEY,
+            secret,
+            secret_keys::SECRET_ACCESS_KEY,
+            false,
+        ),
     ]
 }
 
@@ -70,7 +80,12 @@ pub struct ManagedObjects {
     pub stateful_set: StatefulSet,
 }
 
-fn secret(agd: &ValidAgentDeployment, app: App, name: String, pairs: Vec<(&str, String)>) -> Secret {
+fn secret(
+    agd: &ValidAgentDeployment,
+    app: App,
+    name: String,
+    pairs: Vec<(&str, String)>,
+) -> Secret {
     Secret {
         metadata: object_meta(agd, app, name),
         type_: Some("Opaque".into()),
@@ -79,7 +94,13 @@ fn secret(agd: &ValidAgentDeployment, app: App, name: String, pairs: Vec<(&str, 
     }
 }
 
-fn service(agd: &ValidAgentDeployment, app: App, name: String, port_name: &str, port: u16) -> Service {
+fn service(
+    agd: &ValidAgentDeployment,
+    app: App,
+    name: String,
+    port_name: &str,
+    port: u16,
+) -> Service {
     Service {
         metadata: object_meta(agd, app, name),
         spec: Some(ServiceSpec {
@@ -107,8 +128,15 @@ struct StorePod {
     uid: i64,
 }
 
-fn store_stateful_set(agd: &ValidAgentDeployment, store: &ManagedStore, pod: StorePod) -> StatefulSet {
-    let size = store.storage.clone().unwrap_or_else(|| Quantity(DEFAULT_STORAGE.into()));
+fn store_stateful_set(
+    agd: &ValidAgentDeployment,
+    store: &ManagedStore,
+    pod: StorePod,
+) -> StatefulSet {
+    let size = store
+        .storage
+        .clone()
+        .unwrap_or_else(|| Quantity(DEFAULT_STORAGE.into()));
     StatefulSet {
         metadata: object_meta(agd, pod.app, pod.name.clone()),
         spec: Some(StatefulSetSpec {
@@ -149,7 +177,10 @@ fn store_stateful_set(agd: &ValidAgentDeployment, store: &ManagedStore, pod: Sto
                     ..PodSpec::default()
                 }),
             },
-            volume_claim_templates: Some(vec![data_volume_claim(&size, store.storage_class_name.as_ref())]),
+            volume_claim_templates: Some(vec![data_volume_claim(
+                &size,
+                store.storage_class_name.as_ref(),
+            )]),
             ..StatefulSetSpec::default()
         }),
         status: None,
@@ -160,24 +191,39 @@ fn store_stateful_set(agd: &ValidAgentDeployment, store: &ManagedStore, pod: Sto
 /// loses at most about a second of coordination state, and the ledger
 /// covers the rest (G7).
 pub fn redis(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<ManagedObjects> {
-    let Dependency::Managed(m) = &agd.redis else { return None };
+    let Dependency::Managed(m) = &agd.redis else {
+        return None;
+    };
     let name = agd.names.redis();
     let (url, mut pairs) = if m.auth {
         let pw = &creds.redis_password;
-        (format!("redis://:{pw}@{name}:{}/0", ports::REDIS), vec![(secret_keys::PASSWORD, pw.clone())])
+        (
+            format!("redis://:{pw}@{name}:{}/0", ports::REDIS),
+            vec![(secret_keys::PASSWORD, pw.clone())],
+        )
     } else {
         (format!("redis://{name}:{}/0", ports::REDIS), vec![])
     };
     pairs.push((secret_keys::URL, url));
 
     let mut args: Vec<String> = [
-        "--appendonly", "yes", "--appendfsync", "everysec", "--dir", "/data",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--dir",
+        "/data",
     ]
     .map(String::from)
     .into();
     let mut pod_env = vec![];
     if m.auth {
-        pod_env.push(env_from_secret("REDIS_PASSWORD", &name, secret_keys::PASSWORD, false));
+        pod_env.push(env_from_secret(
+            "REDIS_PASSWORD",
+            &name,
+            secret_keys::PASSWORD,
+            false,
+        ));
         args.extend(["--requirepass".into(), "$(REDIS_PASSWORD)".into()]);
     } else {
         args.extend(["--protected-mode".into(), "no".into()]);
@@ -185,7 +231,11 @@ pub fn redis(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<ManagedO
     let pod = StorePod {
         app: App::Redis,
         name: name.clone(),
-        image: m.store.image.clone().unwrap_or_else(|| images::REDIS.into()),
+        image: m
+            .store
+            .image
+            .clone()
+            .unwrap_or_else(|| images::REDIS.into()),
         args,
         env: pod_env,
         port_name: "redis",
@@ -204,7 +254,9 @@ pub fn redis(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<ManagedO
 
 /// Managed Postgres for the turn ledger.
 pub fn postgres(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<ManagedObjects> {
-    let Dependency::Managed(m) = &agd.postgres else { return None };
+    let Dependency::Managed(m) = &agd.postgres else {
+        return None;
+    };
     let name = agd.names.postgres();
     let pw = &creds.postgres_password;
     let pairs = vec![
@@ -213,15 +265,26 @@ pub fn postgres(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<Manag
         (secret_keys::DATABASE, POSTGRES_DATABASE.to_owned()),
         (
             secret_keys::URL,
-            format!("postgres://{POSTGRES_USER}:{pw}@{name}:{}/{POSTGRES_DATABASE}", ports::POSTGRES),
+            format!(
+                "postgres://{POSTGRES_USER}:{pw}@{name}:{}/{POSTGRES_DATABASE}",
+                ports::POSTGRES
+            ),
         ),
     ];
     let is_ready = Probe {
         exec: Some(ExecAction {
             command: Some(
-                ["pg_isready", "-h", "127.0.0.1", "-U", POSTGRES_USER, "-d", POSTGRES_DATABASE]
-                    .map(String::from)
-                    .into(),
+                [
+                    "pg_isready",
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    POSTGRES_USER,
+                    "-d",
+                    POSTGRES_DATABASE,
+                ]
+                .map(String::from)
+                .into(),
             ),
         }),
         period_seconds: Some(2),
@@ -268,18 +331,33 @@ fn minio_health(path: &str, period_seconds: i32) -> Probe {
 
 /// Managed MinIO and the Job that creates the bucket.
 pub fn minio(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<(ManagedObjects, Job)> {
-    let Dependency::Managed(m) = &agd.object_store else { return None };
+    let Dependency::Managed(m) = &agd.object_store else {
+        return None;
+    };
     let name = agd.names.minio();
     let pairs = vec![
-        (secret_keys::ENDPOINT, format!("http://{name}:{}", ports::MINIO)),
+        (
+            secret_keys::ENDPOINT,
+            format!("http://{name}:{}", ports::MINIO),
+        ),
         (secret_keys::REGION, DEFAULT_REGION.to_owned()),
-        (secret_keys::ACCESS_KEY_ID, creds.object_store_access_key_id.clone()),
-        (secret_keys::SECRET_ACCESS_KEY, creds.object_store_secret_access_key.clone()),
+        (
+            secret_keys::ACCESS_KEY_ID,
+            creds.object_store_access_key_id.clone(),
+        ),
+        (
+            secret_keys::SECRET_ACCESS_KEY,
+            creds.object_store_secret_access_key.clone(),
+        ),
     ];
     let pod = StorePod {
         app: App::Minio,
         name: name.clone(),
-        image: m.store.image.clone().unwrap_or_else(|| images::MINIO.into()),
+        image: m
+            .store
+            .image
+            .clone()
+            .unwrap_or_else(|| images::MINIO.into()),
         args: ["server", "/data", "--address"]
             .map(String::from)
             .into_iter()
@@ -287,7 +365,12 @@ pub fn minio(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<(Managed
             .collect(),
         env: vec![
             env_from_secret("MINIO_ROOT_USER", &name, secret_keys::ACCESS_KEY_ID, false),
-            env_from_secret("MINIO_ROOT_PASSWORD", &name, secret_keys::SECRET_ACCESS_KEY, false),
+            env_from_secret(
+                "MINIO_ROOT_PASSWORD",
+                &name,
+                secret_keys::SECRET_ACCESS_KEY,
+                false,
+            ),
         ],
         port_name: "s3",
         port: ports::MINIO,

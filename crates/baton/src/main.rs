@@ -11,7 +11,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "baton", version, about = "Run stateful AI agents on Kubernetes without losing a turn")]
+#[command(
+    name = "baton",
+    version,
+    about = "Run stateful AI agents on Kubernetes without losing a turn"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,7 +68,8 @@ fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyh
     let creds = match credentials {
         Some(path) => {
             let text = manifest::read_text(path)?;
-            serde_yaml::from_str(&text).with_context(|| format!("reading credentials from {}", path.display()))?
+            serde_yaml::from_str(&text)
+                .with_context(|| format!("reading credentials from {}", path.display()))?
         }
         None => baton_resources::Credentials::generate(),
     };

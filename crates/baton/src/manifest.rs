@@ -25,7 +25,10 @@ pub fn read_text(path: &Path) -> anyhow::Result<String> {
         .read_to_string(&mut text)
         .with_context(|| format!("reading {} (is it UTF-8 text?)", path.display()))?;
     if text.len() > MAX_MANIFEST_BYTES {
-        bail!("{} is larger than {MAX_MANIFEST_BYTES} bytes", path.display());
+        bail!(
+            "{} is larger than {MAX_MANIFEST_BYTES} bytes",
+            path.display()
+        );
     }
     Ok(text)
 }
@@ -44,8 +47,15 @@ pub fn crd_yaml() -> anyhow::Result<String> {
 }
 
 /// Every object of the deployment as multi-document YAML, in apply order.
-pub fn render(valid: &ValidAgentDeployment, creds: &Credentials, generated: bool) -> anyhow::Result<String> {
-    let mut out = format!("# Objects the Baton operator applies for AgentDeployment {:?}.\n", valid.name);
+pub fn render(
+    valid: &ValidAgentDeployment,
+    creds: &Credentials,
+    generated: bool,
+) -> anyhow::Result<String> {
+    let mut out = format!(
+        "# Objects the Baton operator applies for AgentDeployment {:?}.\n",
+        valid.name
+    );
     if valid.resource.metadata.uid.is_none() {
         out.push_str(&format!(
             "# ownerReferences carry the placeholder uid {PLACEHOLDER_UID}: the resource gets its uid when it is created.\n"

@@ -8,8 +8,8 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use yaml_rust2::yaml::{Hash, Yaml};
 use yaml_rust2::YamlEmitter;
+use yaml_rust2::yaml::{Hash, Yaml};
 
 fn to_yaml(value: Value) -> Yaml {
     match value {
@@ -48,10 +48,13 @@ mod tests {
 
     #[test]
     fn yaml_1_1_booleans_and_numbers_in_strings_are_quoted() {
-        let out = document(&serde_json::json!({"args": ["--appendonly", "yes", "on", "0755", "1e3"], "n": 3, "b": true})).unwrap();
+        let out = document(&serde_json::json!({"args": ["--appendonly", "yes", "on", "0755", "1e3"], "count": 3, "flag": true})).unwrap();
         for quoted in ["\"yes\"", "\"on\"", "\"0755\"", "\"1e3\""] {
             assert!(out.contains(quoted), "{quoted} not quoted in\n{out}");
         }
-        assert!(out.contains("n: 3") && out.contains("b: true"), "{out}");
+        assert!(
+            out.contains("count: 3") && out.contains("flag: true"),
+            "{out}"
+        );
     }
 }
