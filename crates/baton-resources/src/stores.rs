@@ -155,7 +155,7 @@ fn store_stateful_set(
                         name: pod.app.name().into(),
                         image: Some(pod.image),
                         image_pull_policy: Some("IfNotPresent".into()),
-                        args: Some(pod.args),
+                        args: (!pod.args.is_empty()).then_some(pod.args),
                         env: Some(pod.env),
                         ports: Some(vec![ContainerPort {
                             name: Some(pod.port_name.into()),
