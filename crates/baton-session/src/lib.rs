@@ -1,0 +1,19 @@
+//! The session runtime: the turn protocol every replica uses to run a turn
+//! safely — a lease with fencing, versioned compare-and-swap of the session
+//! state, idempotent turns and a turn log. It knows nothing of Kubernetes or
+//! HTTP.
+//!
+//! Backends implement [`TurnStore`]: [`redis::RedisStore`] for production and
+//! [`sqlite::SqliteStore`] for one machine with no servers.
+#![forbid(unsafe_code)]
+
+pub mod ids;
+pub mod model;
+pub mod redis;
+pub mod sqlite;
+pub mod store;
+pub mod turn_record;
+
+pub use ids::{InvalidId, ReplicaId, SessionKey};
+pub use model::*;
+pub use store::{StoreError, StoreResult, TurnStore};

@@ -1,0 +1,145 @@
+//! Requests and outcomes of the turn protocol, shared by every backend.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ReplicaId, SessionKey};
+
+/// Start a turn: take the session's lease and load its state.
+#[derive(Clone, Debug)]
+pub struct BeginRequest {
+    pub key: SessionKey,
+    pub replica: ReplicaId,
+    /// The caller's turn sequence number for an idempotent retry; `None`
+    /// lets the runtime assign `last + 1`.
+    pub turn_seq: Option<u64>,
+    /// The state version the caller already holds; its payload is then not sent.
+    pub cached_version: Option<u64>,
+    pub lease_ttl: Duration,
+    /// How long a session created by this turn lives if it never commits.
+    pub state_ttl: Duration,
+}
+
+/// The right to run one turn, identified by its fence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub key: SessionKey,
+    pub replica: ReplicaId,
+    /// Monotonic per session: every grant gets a larger one, so a holder
+    /// that was fenced out can be told from the current one.
+    pub fence: u64,
+    pub turn_seq: u64,
+    /// The state version the turn starts from (and must commit on top of).
+    pub version: u64,
+}
+
+/// The session state a granted turn starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionState {
+    pub version: u64,
+    /// `None` when the caller's cached version is current.
+    pub payload: Option<Bytes>,
+    /// Reference to the workspace manifest of this version.
+    pub workspace: Option<String>,
+}
+
+/// The stored result of a committed turn, returned again for a retry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnResult {
+    pub turn_seq: u64,
+    /// The state version this turn produced.
+    pub version: u64,
+    pub reply: Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BeginOutcome {
+    Granted {
+        lease: Lease,
+        state: SessionState,
+    },
+    /// This turn already committed: its stored result, not a re-run.
+    Duplicate(TurnResult),
+    /// Another turn holds the lease.
+    Busy {
+        owner: String,
+        retry_after: Duration,
+    },
+    /// The caller's turnSeq skips ahead; the next one expected is given.
+    Gap {
+        next_turn_seq: u64,
+    },
+    /// The turnSeq committed long ago and its result is no longer retained.
+    Stale {
+        last_turn_seq: u64,
+    },
+}
+
+/// Finish a turn: write the new state on top of the lease's version.
+#[derive(Clone, Debug)]
+pub struct CommitRequest {
+    pub lease: Lease,
+    /// The version the write must apply to; normally `lease.version`.
+    pub expected_version: u64,
+    pub payload: Bytes,
+    pub workspace: Option<String>,
+    pub reply: Bytes,
+    /// The state (and the idempotency records) live this long after the commit.
+    pub state_ttl: Duration,
+    /// When the turn began, for the turn record.
+    pub started_at_ms: u64,
+    /// Digest of the turn's input, for the turn record.
+    pub input_digest: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitOutcome {
+    Committed {
+        version: u64,
+    },
+    /// The lease expired or was taken over: nothing was written.
+    LeaseLost,
+    /// The state moved on: nothing was written.
+    Conflict {
+        current_version: u64,
+    },
+}
+
+/// One committed turn, as appended to the session's log and shipped to the ledger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    pub tenant: String,
+    pub session: String,
+    pub turn_seq: u64,
+    pub version: u64,
+    pub replica: String,
+    pub fence: u64,
+    pub input_digest: String,
+    pub reply_digest: String,
+    pub workspace: Option<String>,
+    pub started_at_ms: u64,
+    pub committed_at_ms: u64,
+}
+
+/// The live view of one session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionView {
+    pub key: SessionKey,
+    pub version: u64,
+    pub fence: u64,
+    pub last_turn_seq: u64,
+    pub last_replica: Option<String>,
+    pub updated_at_ms: u64,
+    pub workspace: Option<String>,
+    pub lease: Option<LeaseView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseView {
+    pub owner: String,
+    pub fence: u64,
+    pub turn_seq: u64,
+    pub expires_at_ms: u64,
+}

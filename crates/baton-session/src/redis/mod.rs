@@ -1,0 +1,434 @@
+//! The Redis backend: the production hot path.
+//!
+//! Every protocol step is one Lua script over the keys of one session, which
+//! share a hash tag (`baton:{tenant:session}:…`) so each script touches one
+//! Redis Cluster slot. An uncontended turn is two round trips: `begin.lua`
+//! and `commit.lua`. Scripts are sent by SHA and re-sent whole when Redis
+//! answers NOSCRIPT (after a restart); the `redis` crate's `Script` does that,
+//! so NOSCRIPT never surfaces as an outcome.
+//!
+//! Replica liveness lives in `baton:hb:<replica>` keys with a short TTL. They
+//! sit on other slots, so `begin.lua` cannot read them: when it answers BUSY,
+//! the caller checks the owner's heartbeat and, if it is gone, calls
+//! `begin.lua` again naming the dead owner and its fence. Only that failover
+//! path costs extra round trips.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script, Value};
+
+use crate::ids::{ReplicaId, SessionKey};
+use crate::model::{
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, SessionState,
+    SessionView, TurnResult,
+};
+use crate::store::{StoreError, StoreResult, TurnStore};
+use crate::turn_record;
+
+/// Idempotency records kept per session: a retry of one of the last this
+/// many turns gets its stored result; an older one gets STALE.
+pub const RESULTS_RETAINED: u64 = 1024;
+
+/// Key names of one session, all under one hash tag.
+#[derive(Clone, Debug)]
+pub struct SessionKeys {
+    pub state: String,
+    pub lease: String,
+    pub results: String,
+    pub log: String,
+}
+
+impl SessionKeys {
+    pub fn new(key: &SessionKey) -> Self {
+        // Ids never contain ':' or braces (see ids.rs), so the tag is unambiguous.
+        let tag = format!("baton:{{{}:{}}}", key.tenant, key.session);
+        Self {
+            state: format!("{tag}:state"),
+            lease: format!("{tag}:lease"),
+            results: format!("{tag}:results"),
+            log: format!("{tag}:log"),
+        }
+    }
+}
+
+fn heartbeat_key(replica: &str) -> String {
+    format!("baton:hb:{replica}")
+}
+
+struct Scripts {
+    begin: Script,
+    commit: Script,
+    renew: Script,
+    abort: Script,
+    revoke: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            begin: Script::new(include_str!("begin.lua")),
+            commit: Script::new(include_str!("commit.lua")),
+            renew: Script::new(include_str!("renew.lua")),
+            abort: Script::new(include_str!("abort.lua")),
+            revoke: Script::new(include_str!("revoke.lua")),
+        }
+    }
+}
+
+/// A `TurnStore` on Redis.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    scripts: std::sync::Arc<Scripts>,
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(what: impl Into<String>) -> StoreError {
+    StoreError::Corrupt(what.into())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Reads the script replies: arrays of bulk strings and integers.
+struct Reply(Vec<Value>);
+
+impl Reply {
+    fn text(&self, i: usize) -> StoreResult<String> {
+        match self.0.get(i) {
+            Some(Value::BulkString(b)) => {
+                String::from_utf8(b.clone()).map_err(|_| corrupt("non-UTF-8 text"))
+            }
+            Some(Value::SimpleString(s)) => Ok(s.clone()),
+            Some(Value::Int(n)) => Ok(n.to_string()),
+            other => Err(corrupt(format!("expected text at {i}, got {other:?}"))),
+        }
+    }
+
+    fn num(&self, i: usize) -> StoreResult<u64> {
+        match self.0.get(i) {
+            Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| corrupt("negative number")),
+            _ => self
+                .text(i)?
+                .parse()
+                .map_err(|_| corrupt(format!("expected a number at {i}"))),
+        }
+    }
+
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        match self.0.get(i) {
+            Some(Value::Int(n)) => Ok(*n),
+            _ => self
+                .text(i)?
+                .parse()
+                .map_err(|_| corrupt(format!("expected an integer at {i}"))),
+        }
+    }
+
+    fn bytes(&self, i: usize) -> StoreResult<Option<Bytes>> {
+        match self.0.get(i) {
+            Some(Value::BulkString(b)) => Ok(Some(Bytes::from(b.clone()))),
+            Some(Value::Nil) | None => Ok(None),
+            other => Err(corrupt(format!("expected bytes at {i}, got {other:?}"))),
+        }
+    }
+}
+
+/// A stored result is `"<version>\n<reply>"`.
+fn parse_result(turn_seq: u64, stored: &[u8]) -> StoreResult<TurnResult> {
+    let split = stored
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| corrupt("result without version"))?;
+    let version = std::str::from_utf8(&stored[..split])
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| corrupt("result version"))?;
+    Ok(TurnResult {
+        turn_seq,
+        version,
+        reply: Bytes::copy_from_slice(&stored[split + 1..]),
+    })
+}
+
+impl RedisStore {
+    /// Connects (and reconnects on failure) to `url` (`redis://…`).
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let client = redis::Client::open(url).map_err(unavailable)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(unavailable)?;
+        Ok(Self {
+            conn,
+            scripts: std::sync::Arc::new(Scripts::new()),
+        })
+    }
+
+    async fn begin_once(
+        &self,
+        req: &BeginRequest,
+        dead: Option<(&str, u64)>,
+    ) -> StoreResult<BeginOutcome> {
+        let keys = SessionKeys::new(&req.key);
+        let mut invocation = self.scripts.begin.prepare_invoke();
+        invocation
+            .key(&keys.state)
+            .key(&keys.lease)
+            .key(&keys.results)
+            .arg(req.replica.as_str())
+            .arg(req.turn_seq.map(|s| s.to_string()).unwrap_or_default())
+            .arg(
+                req.cached_version
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(millis(req.lease_ttl))
+            .arg(millis(req.state_ttl))
+            .arg(dead.map(|(owner, _)| owner).unwrap_or_default())
+            .arg(dead.map(|(_, fence)| fence.to_string()).unwrap_or_default());
+        let reply = Reply(
+            invocation
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?,
+        );
+        match reply.text(0)?.as_str() {
+            "GRANTED" => {
+                let version = reply.num(3)?;
+                let workspace = reply.text(5)?;
+                Ok(BeginOutcome::Granted {
+                    lease: Lease {
+                        key: req.key.clone(),
+                        replica: req.replica.clone(),
+                        fence: reply.num(1)?,
+                        turn_seq: reply.num(2)?,
+                        version,
+                    },
+                    state: SessionState {
+                        version,
+                        payload: match reply.0.get(4) {
+                            // Lua false arrives as nil: the caller's cache is current.
+                            Some(Value::Nil) => None,
+                            _ => Some(reply.bytes(4)?.unwrap_or_default()),
+                        },
+                        workspace: (!workspace.is_empty()).then_some(workspace),
+                    },
+                })
+            }
+            "DUPLICATE" => {
+                let stored = reply.bytes(1)?.ok_or_else(|| corrupt("empty result"))?;
+                let turn_seq = req
+                    .turn_seq
+                    .ok_or_else(|| corrupt("duplicate without turnSeq"))?;
+                Ok(BeginOutcome::Duplicate(parse_result(turn_seq, &stored)?))
+            }
+            "STALE" => Ok(BeginOutcome::Stale {
+                last_turn_seq: reply.num(1)?,
+            }),
+            "GAP" => Ok(BeginOutcome::Gap {
+                next_turn_seq: reply.num(1)?,
+            }),
+            "BUSY" => {
+                let pttl = reply.int(2)?.max(0);
+                Ok(BeginOutcome::Busy {
+                    owner: reply.text(1)?,
+                    retry_after: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
+                })
+            }
+            other => Err(corrupt(format!("begin answered {other:?}"))),
+        }
+    }
+
+    async fn lease_fence(&self, key: &SessionKey) -> StoreResult<Option<u64>> {
+        let fence: Option<String> = self
+            .conn
+            .clone()
+            .hget(SessionKeys::new(key).lease, "fence")
+            .await
+            .map_err(unavailable)?;
+        Ok(fence.and_then(|f| f.parse().ok()))
+    }
+
+    async fn is_alive(&self, replica: &str) -> StoreResult<bool> {
+        self.conn
+            .clone()
+            .exists(heartbeat_key(replica))
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Turn records committed but not yet shipped to the ledger, oldest first.
+    pub async fn unshipped(
+        &self,
+        key: &SessionKey,
+        limit: usize,
+    ) -> StoreResult<Vec<crate::model::TurnRecord>> {
+        let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
+        let raw: Vec<String> = self
+            .conn
+            .clone()
+            .lrange(SessionKeys::new(key).log, 0, end)
+            .await
+            .map_err(unavailable)?;
+        raw.iter()
+            .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
+            .collect()
+    }
+}
+
+impl TurnStore for RedisStore {
+    async fn begin(&self, req: &BeginRequest) -> StoreResult<BeginOutcome> {
+        let outcome = self.begin_once(req, None).await?;
+        let BeginOutcome::Busy { owner, .. } = &outcome else {
+            return Ok(outcome);
+        };
+        // Failover: a holder whose heartbeat is gone is dead; take its lease
+        // over, but only if it is still the same lease.
+        if owner == req.replica.as_str() || self.is_alive(owner).await? {
+            return Ok(outcome);
+        }
+        match self.lease_fence(&req.key).await? {
+            Some(fence) => self.begin_once(req, Some((owner, fence))).await,
+            None => self.begin_once(req, None).await,
+        }
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> StoreResult<bool> {
+        let keys = SessionKeys::new(&lease.key);
+        let renewed: i64 = self
+            .scripts
+            .renew
+            .key(&keys.lease)
+            .arg(lease.fence.to_string())
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(renewed == 1)
+    }
+
+    async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
+        let keys = SessionKeys::new(&req.lease.key);
+        let record = turn_record::draft_json(req)?;
+        let mut invocation = self.scripts.commit.prepare_invoke();
+        invocation
+            .key(&keys.state)
+            .key(&keys.lease)
+            .key(&keys.results)
+            .key(&keys.log)
+            .arg(req.lease.fence.to_string())
+            .arg(req.expected_version.to_string())
+            .arg(req.payload.as_ref())
+            .arg(req.workspace.clone().unwrap_or_default())
+            .arg(req.reply.as_ref())
+            .arg(millis(req.state_ttl))
+            .arg(record)
+            .arg(RESULTS_RETAINED);
+        let reply = Reply(
+            invocation
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?,
+        );
+        match reply.text(0)?.as_str() {
+            "COMMITTED" => Ok(CommitOutcome::Committed {
+                version: reply.num(1)?,
+            }),
+            "LEASE_LOST" => Ok(CommitOutcome::LeaseLost),
+            "CONFLICT" => Ok(CommitOutcome::Conflict {
+                current_version: reply.num(1)?,
+            }),
+            other => Err(corrupt(format!("commit answered {other:?}"))),
+        }
+    }
+
+    async fn abort(&self, lease: &Lease) -> StoreResult<bool> {
+        let keys = SessionKeys::new(&lease.key);
+        let released: i64 = self
+            .scripts
+            .abort
+            .key(&keys.lease)
+            .arg(lease.fence.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(released == 1)
+    }
+
+    async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
+        let keys = SessionKeys::new(key);
+        self.scripts
+            .revoke
+            .key(&keys.state)
+            .key(&keys.lease)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
+        let () = self
+            .conn
+            .clone()
+            .pset_ex(heartbeat_key(replica.as_str()), "1", millis(ttl))
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
+        let keys = SessionKeys::new(key);
+        let (state, lease, lease_pttl, now): (
+            std::collections::HashMap<String, Vec<u8>>,
+            std::collections::HashMap<String, String>,
+            i64,
+            (u64, u64),
+        ) = redis::pipe()
+            .hgetall(&keys.state)
+            .hgetall(&keys.lease)
+            .pttl(&keys.lease)
+            .cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if state.is_empty() {
+            return Ok(None);
+        }
+        let text = |f: &str| {
+            state
+                .get(f)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        let num = |f: &str| text(f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let now_ms = now.0 * 1000 + now.1 / 1000;
+        let lease = match (lease.get("owner"), lease_pttl) {
+            (Some(owner), pttl) if pttl >= 0 => Some(LeaseView {
+                owner: owner.clone(),
+                fence: lease.get("fence").and_then(|f| f.parse().ok()).unwrap_or(0),
+                turn_seq: lease.get("seq").and_then(|f| f.parse().ok()).unwrap_or(0),
+                expires_at_ms: now_ms + pttl.unsigned_abs(),
+            }),
+            _ => None,
+        };
+        Ok(Some(SessionView {
+            key: key.clone(),
+            version: num("version"),
+            fence: num("fence"),
+            last_turn_seq: num("seq"),
+            last_replica: text("replica"),
+            updated_at_ms: num("updated"),
+            workspace: text("ws").filter(|w| !w.is_empty()),
+            lease,
+        }))
+    }
+}

@@ -1,0 +1,70 @@
+//! The one surface every backend offers, so the sidecar and the dashboard
+//! never know which one runs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::ids::{InvalidId, ReplicaId, SessionKey};
+use crate::model::{BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, SessionView};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store did not answer or refused the connection: retry later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered with something the protocol never writes.
+    #[error("store returned malformed data: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    InvalidId(#[from] InvalidId),
+}
+
+impl StoreError {
+    /// A bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::Corrupt(_) => "corrupt",
+            Self::InvalidId(_) => "invalid_id",
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The turn protocol's storage operations. Each is atomic on its own.
+pub trait TurnStore: Send + Sync {
+    /// Dedup check, lease check, lease grant with a new fence, state load.
+    fn begin(&self, req: &BeginRequest) -> impl Future<Output = StoreResult<BeginOutcome>> + Send;
+
+    /// Extends the lease if it is still `lease`'s (same fence). False when fenced out.
+    fn renew(&self, lease: &Lease, ttl: Duration)
+    -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Fence check, version check, write, idempotency record, turn record, release.
+    fn commit(
+        &self,
+        req: &CommitRequest,
+    ) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
+
+    /// Releases the lease without writing, if it is still `lease`'s.
+    fn abort(&self, lease: &Lease) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Takeover: revokes whatever lease the session has and bumps its fence,
+    /// so the holder can no longer commit. Returns the revoked owner.
+    fn revoke(&self, key: &SessionKey) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+
+    /// Marks `replica` alive for `ttl`. A lease whose owner stopped
+    /// heartbeating counts as expired.
+    fn heartbeat(
+        &self,
+        replica: &ReplicaId,
+        ttl: Duration,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// The live view of one session, `None` if it has no state.
+    fn session(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = StoreResult<Option<SessionView>>> + Send;
+}

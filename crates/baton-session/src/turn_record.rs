@@ -1,0 +1,43 @@
+//! Turn records: what the session log and the ledger keep of each commit.
+
+use sha2::{Digest, Sha256};
+
+use crate::model::{CommitRequest, TurnRecord};
+use crate::store::{StoreError, StoreResult};
+
+/// Hex SHA-256, for input and reply digests.
+pub fn digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The record of `req` as committed at `committed_at_ms`.
+pub fn record(req: &CommitRequest, committed_at_ms: u64) -> TurnRecord {
+    let lease = &req.lease;
+    TurnRecord {
+        tenant: lease.key.tenant.to_string(),
+        session: lease.key.session.to_string(),
+        turn_seq: lease.turn_seq,
+        version: req.expected_version + 1,
+        replica: lease.replica.to_string(),
+        fence: lease.fence,
+        input_digest: req.input_digest.clone(),
+        reply_digest: digest(&req.reply),
+        workspace: req.workspace.clone(),
+        started_at_ms: req.started_at_ms,
+        committed_at_ms,
+    }
+}
+
+/// The record as JSON without `committed_at_ms`, which the store adds from
+/// its own clock at commit time.
+pub fn draft_json(req: &CommitRequest) -> StoreResult<String> {
+    let mut value =
+        serde_json::to_value(record(req, 0)).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    if let Some(fields) = value.as_object_mut() {
+        fields.remove("committed_at_ms");
+    }
+    Ok(value.to_string())
+}

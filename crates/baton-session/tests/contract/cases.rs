@@ -1,0 +1,472 @@
+//! The contract every `TurnStore` must meet: the Dapr state-store
+//! conformance cases, mapped onto the turn protocol, plus leases, fencing,
+//! idempotency, gaps, expiry and failover.
+
+use std::time::Duration;
+
+use baton_session::*;
+use baton_testkit::wait_until_async;
+use bytes::Bytes;
+
+pub const LONG: Duration = Duration::from_secs(60);
+pub const DAY: Duration = Duration::from_secs(86_400);
+
+pub fn key(session: &str) -> SessionKey {
+    SessionKey::new("acme", session).unwrap()
+}
+
+/// A live replica: it heartbeats before it begins turns, as the sidecar does.
+pub async fn replica<S: TurnStore>(store: &S, id: &str) -> ReplicaId {
+    let replica = ReplicaId::new(id).unwrap();
+    store.heartbeat(&replica, LONG).await.unwrap();
+    replica
+}
+
+pub fn begin_req(key: &SessionKey, replica: &ReplicaId, turn_seq: Option<u64>) -> BeginRequest {
+    BeginRequest {
+        key: key.clone(),
+        replica: replica.clone(),
+        turn_seq,
+        cached_version: None,
+        lease_ttl: LONG,
+        state_ttl: DAY,
+    }
+}
+
+pub fn commit_req(lease: &Lease, payload: &str, reply: &str) -> CommitRequest {
+    CommitRequest {
+        lease: lease.clone(),
+        expected_version: lease.version,
+        payload: Bytes::from(payload.to_owned()),
+        workspace: Some(format!("manifests/{}/{}", lease.version + 1, lease.fence)),
+        reply: Bytes::from(reply.to_owned()),
+        state_ttl: DAY,
+        started_at_ms: 1,
+        input_digest: "in".into(),
+    }
+}
+
+pub async fn granted<S: TurnStore>(store: &S, req: &BeginRequest) -> (Lease, SessionState) {
+    match store.begin(req).await.unwrap() {
+        BeginOutcome::Granted { lease, state } => (lease, state),
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// One whole turn: begin, commit `payload`, return the new version.
+pub async fn turn<S: TurnStore>(
+    store: &S,
+    key: &SessionKey,
+    replica: &ReplicaId,
+    payload: &str,
+) -> u64 {
+    let (lease, _) = granted(store, &begin_req(key, replica, None)).await;
+    match store
+        .commit(&commit_req(&lease, payload, &format!("reply to {payload}")))
+        .await
+        .unwrap()
+    {
+        CommitOutcome::Committed { version } => version,
+        other => panic!("commit failed: {other:?}"),
+    }
+}
+
+// --- Dapr state-store conformance, on the turn protocol ---
+
+pub async fn new_session_gets_a_version<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("new");
+    assert_eq!(store.session(&k).await.unwrap(), None);
+    let (lease, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref(), lease.turn_seq),
+        (0, Some(&b""[..]), 1)
+    );
+    let outcome = store
+        .commit(&commit_req(&lease, "one", "r1"))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Committed { version: 1 });
+    let view = store.session(&k).await.unwrap().unwrap();
+    assert_eq!((view.version, view.last_turn_seq, view.lease), (1, 1, None));
+    assert_eq!(view.last_replica.as_deref(), Some("a"));
+}
+
+pub async fn stale_version_is_rejected_and_nothing_written<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("stale");
+    turn(&store, &k, &a, "one").await;
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let mut stale = commit_req(&lease, "overwrite", "r");
+    stale.expected_version = 0;
+    assert_eq!(
+        store.commit(&stale).await.unwrap(),
+        CommitOutcome::Conflict { current_version: 1 }
+    );
+    assert!(store.abort(&lease).await.unwrap());
+    let (_, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref()),
+        (1, Some(&b"one"[..]))
+    );
+}
+
+pub async fn correct_version_succeeds_and_bumps<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("bump");
+    for (i, payload) in ["one", "two", "three"].iter().enumerate() {
+        assert_eq!(turn(&store, &k, &a, payload).await, i as u64 + 1);
+    }
+    let (_, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref()),
+        (3, Some(&b"three"[..]))
+    );
+}
+
+pub async fn create_if_absent_only_once<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("create");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert!(matches!(
+        store.begin(&begin_req(&k, &b, None)).await.unwrap(),
+        BeginOutcome::Busy { .. }
+    ));
+    store
+        .commit(&commit_req(&lease, "first", "r"))
+        .await
+        .unwrap();
+    // A second writer that also believed the session new cannot create it again.
+    let (lease_b, state) = granted(&store, &begin_req(&k, &b, None)).await;
+    assert_eq!(state.version, 1);
+    let mut create_again = commit_req(&lease_b, "second", "r");
+    create_again.expected_version = 0;
+    assert_eq!(
+        store.commit(&create_again).await.unwrap(),
+        CommitOutcome::Conflict { current_version: 1 }
+    );
+}
+
+pub async fn replaying_an_old_commit_fails<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("replay");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let first = commit_req(&lease, "one", "r");
+    assert_eq!(
+        store.commit(&first).await.unwrap(),
+        CommitOutcome::Committed { version: 1 }
+    );
+    assert_eq!(
+        store.commit(&first).await.unwrap(),
+        CommitOutcome::LeaseLost
+    );
+    turn(&store, &k, &a, "two").await;
+    assert_eq!(
+        store.commit(&first).await.unwrap(),
+        CommitOutcome::LeaseLost
+    );
+    assert_eq!(store.session(&k).await.unwrap().unwrap().version, 2);
+}
+
+// --- leases and fencing ---
+
+pub async fn concurrent_begins_grant_exactly_one_lease<S: TurnStore + Clone + 'static>(store: S) {
+    let k = key("race");
+    let mut replicas = vec![];
+    for i in 0..24 {
+        replicas.push(replica(&store, &format!("r{i}")).await);
+    }
+    let tasks: Vec<_> = replicas
+        .into_iter()
+        .map(|r| {
+            let (store, req) = (store.clone(), begin_req(&k, &r, None));
+            tokio::spawn(async move { store.begin(&req).await.unwrap() })
+        })
+        .collect();
+    let outcomes = futures::future::join_all(tasks).await;
+    let grants = outcomes
+        .iter()
+        .filter(|o| matches!(o.as_ref().unwrap(), BeginOutcome::Granted { .. }))
+        .count();
+    let busy = outcomes
+        .iter()
+        .filter(|o| matches!(o.as_ref().unwrap(), BeginOutcome::Busy { .. }))
+        .count();
+    assert_eq!((grants, busy), (1, 23));
+}
+
+pub async fn release_by_a_non_owner_is_a_no_op<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("release");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let impostor = Lease {
+        replica: b.clone(),
+        fence: lease.fence - 1,
+        ..lease.clone()
+    };
+    assert!(!store.abort(&impostor).await.unwrap());
+    let view = store.session(&k).await.unwrap().unwrap();
+    assert_eq!(
+        view.lease.map(|l| (l.owner, l.fence)),
+        Some(("a".to_owned(), lease.fence))
+    );
+    assert!(
+        matches!(store.begin(&begin_req(&k, &b, None)).await.unwrap(), BeginOutcome::Busy { owner, .. } if owner == "a")
+    );
+    assert!(store.abort(&lease).await.unwrap());
+    assert!(
+        !store.abort(&lease).await.unwrap(),
+        "a second release is a no-op too"
+    );
+}
+
+pub async fn renew_by_a_non_owner_fails<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("renew");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let impostor = Lease {
+        fence: lease.fence + 1,
+        ..lease.clone()
+    };
+    assert!(!store.renew(&impostor, LONG).await.unwrap());
+    assert!(store.renew(&lease, LONG).await.unwrap());
+}
+
+pub async fn fences_only_grow<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("fences");
+    let mut last = 0;
+    for _ in 0..5 {
+        let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+        assert!(lease.fence > last, "{} after {last}", lease.fence);
+        last = lease.fence;
+        store.abort(&lease).await.unwrap();
+    }
+    store.revoke(&k).await.unwrap();
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert!(lease.fence > last);
+}
+
+pub async fn an_expired_lease_is_free<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("expiry");
+    let short = BeginRequest {
+        lease_ttl: Duration::from_millis(300),
+        ..begin_req(&k, &a, None)
+    };
+    let (lease, _) = granted(&store, &short).await;
+    match store.begin(&begin_req(&k, &b, None)).await.unwrap() {
+        BeginOutcome::Busy { owner, retry_after } => {
+            assert_eq!(owner, "a");
+            assert!(retry_after <= Duration::from_millis(300), "{retry_after:?}");
+        }
+        other => panic!("expected BUSY, got {other:?}"),
+    }
+    wait_until_async(Duration::from_secs(5), "the lease to expire", || async {
+        matches!(
+            store.begin(&begin_req(&k, &b, None)).await.unwrap(),
+            BeginOutcome::Granted { .. }
+        )
+    })
+    .await;
+    assert_eq!(
+        store
+            .commit(&commit_req(&lease, "late", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::LeaseLost
+    );
+}
+
+pub async fn a_dead_replicas_lease_is_free_once_its_heartbeat_stops<S: TurnStore>(store: S) {
+    let a = ReplicaId::new("dying").unwrap();
+    store
+        .heartbeat(&a, Duration::from_millis(400))
+        .await
+        .unwrap();
+    let b = replica(&store, "b").await;
+    let k = key("failover");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert!(matches!(
+        store.begin(&begin_req(&k, &b, None)).await.unwrap(),
+        BeginOutcome::Busy { .. }
+    ));
+    // `a` stops heartbeating; its 60 s lease must not hold the session for 60 s.
+    wait_until_async(
+        Duration::from_secs(5),
+        "the dead replica's lease to be taken over",
+        || async {
+            matches!(
+                store.begin(&begin_req(&k, &b, None)).await.unwrap(),
+                BeginOutcome::Granted { .. }
+            )
+        },
+    )
+    .await;
+    assert_eq!(
+        store
+            .commit(&commit_req(&lease, "zombie", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::LeaseLost
+    );
+}
+
+pub async fn revoke_fences_out_the_holder<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("takeover");
+    turn(&store, &k, &a, "one").await;
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(store.revoke(&k).await.unwrap().as_deref(), Some("a"));
+    let (new_lease, state) = granted(&store, &begin_req(&k, &b, None)).await;
+    assert!(new_lease.fence > lease.fence);
+    assert_eq!(state.version, 1);
+    assert_eq!(
+        store
+            .commit(&commit_req(&lease, "old holder", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::LeaseLost
+    );
+    assert!(!store.renew(&lease, LONG).await.unwrap());
+    assert_eq!(
+        store
+            .commit(&commit_req(&new_lease, "new holder", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::Committed { version: 2 }
+    );
+    assert_eq!(store.revoke(&key("nobody-home")).await.unwrap(), None);
+}
+
+// --- idempotency and sequencing ---
+
+pub async fn a_duplicate_turn_seq_returns_the_stored_result<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("dup");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, Some(1))).await;
+    store
+        .commit(&commit_req(&lease, "one", "the first reply"))
+        .await
+        .unwrap();
+    turn(&store, &k, &a, "two").await;
+    let retry = store.begin(&begin_req(&k, &b, Some(1))).await.unwrap();
+    let expected = TurnResult {
+        turn_seq: 1,
+        version: 1,
+        reply: Bytes::from("the first reply"),
+    };
+    assert_eq!(retry, BeginOutcome::Duplicate(expected));
+    // No lease was taken by the duplicate: the next turn proceeds at once.
+    let (lease, state) = granted(&store, &begin_req(&k, &b, Some(3))).await;
+    assert_eq!((lease.turn_seq, state.version), (3, 2));
+}
+
+pub async fn a_duplicate_wins_over_busy<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("dup-busy");
+    turn(&store, &k, &a, "one").await;
+    let _running = granted(&store, &begin_req(&k, &a, Some(2))).await;
+    assert!(matches!(
+        store.begin(&begin_req(&k, &b, Some(1))).await.unwrap(),
+        BeginOutcome::Duplicate(_)
+    ));
+    assert!(matches!(
+        store.begin(&begin_req(&k, &b, Some(2))).await.unwrap(),
+        BeginOutcome::Busy { .. }
+    ));
+}
+
+pub async fn a_gap_in_turn_seq_is_refused<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("gap");
+    assert_eq!(
+        store.begin(&begin_req(&k, &a, Some(3))).await.unwrap(),
+        BeginOutcome::Gap { next_turn_seq: 1 }
+    );
+    turn(&store, &k, &a, "one").await;
+    assert_eq!(
+        store.begin(&begin_req(&k, &a, Some(5))).await.unwrap(),
+        BeginOutcome::Gap { next_turn_seq: 2 }
+    );
+    assert!(
+        store.session(&k).await.unwrap().unwrap().lease.is_none(),
+        "a GAP takes no lease"
+    );
+}
+
+pub async fn results_older_than_the_window_are_stale<S: TurnStore>(store: S, window: u64) {
+    let a = replica(&store, "a").await;
+    let k = key("window");
+    for i in 0..window + 2 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    assert_eq!(
+        store.begin(&begin_req(&k, &a, Some(1))).await.unwrap(),
+        BeginOutcome::Stale {
+            last_turn_seq: window + 2
+        }
+    );
+    assert!(matches!(
+        store.begin(&begin_req(&k, &a, Some(3))).await.unwrap(),
+        BeginOutcome::Duplicate(_)
+    ));
+}
+
+pub async fn a_cached_version_skips_the_payload<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("cache");
+    turn(&store, &k, &a, "one").await;
+    let req = BeginRequest {
+        cached_version: Some(1),
+        ..begin_req(&k, &a, None)
+    };
+    let (lease, state) = granted(&store, &req).await;
+    assert_eq!((state.version, state.payload), (1, None));
+    store.abort(&lease).await.unwrap();
+    let req = BeginRequest {
+        cached_version: Some(0),
+        ..begin_req(&k, &a, None)
+    };
+    let (_, state) = granted(&store, &req).await;
+    assert_eq!(state.payload.as_deref(), Some(&b"one"[..]));
+}
+
+pub async fn state_expires_after_its_ttl<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("ttl");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let req = CommitRequest {
+        state_ttl: Duration::from_millis(300),
+        ..commit_req(&lease, "brief", "r")
+    };
+    store.commit(&req).await.unwrap();
+    assert!(store.session(&k).await.unwrap().is_some());
+    wait_until_async(Duration::from_secs(5), "the state to expire", || async {
+        store.session(&k).await.unwrap().is_none()
+    })
+    .await;
+}
+
+pub async fn tenants_are_separate<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let one = SessionKey::new("tenant-one", "s-1").unwrap();
+    let two = SessionKey::new("tenant-two", "s-1").unwrap();
+    turn(&store, &one, &a, "one's state").await;
+    let (_, state) = granted(&store, &begin_req(&two, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref()),
+        (0, Some(&b""[..]))
+    );
+}
+
+pub async fn workspace_refs_travel_with_the_state<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("ws");
+    let (lease, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(state.workspace, None);
+    let req = commit_req(&lease, "one", "r");
+    store.commit(&req).await.unwrap();
+    let (_, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(state.workspace, req.workspace);
+}

@@ -1,0 +1,62 @@
+//! The contract suite, run against every backend: Redis (a real
+//! `redis-server` per test) and the embedded SQLite store.
+
+mod cases;
+
+macro_rules! contract_suite {
+    ($backend:ident, $make:path, $window:expr) => {
+        mod $backend {
+            use super::cases;
+
+            macro_rules! case {
+                ($name:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        let (_server, store) = $make().await;
+                        cases::$name(store).await;
+                    }
+                };
+            }
+
+            case!(new_session_gets_a_version);
+            case!(stale_version_is_rejected_and_nothing_written);
+            case!(correct_version_succeeds_and_bumps);
+            case!(create_if_absent_only_once);
+            case!(replaying_an_old_commit_fails);
+            case!(concurrent_begins_grant_exactly_one_lease);
+            case!(release_by_a_non_owner_is_a_no_op);
+            case!(renew_by_a_non_owner_fails);
+            case!(fences_only_grow);
+            case!(an_expired_lease_is_free);
+            case!(a_dead_replicas_lease_is_free_once_its_heartbeat_stops);
+            case!(revoke_fences_out_the_holder);
+            case!(a_duplicate_turn_seq_returns_the_stored_result);
+            case!(a_duplicate_wins_over_busy);
+            case!(a_gap_in_turn_seq_is_refused);
+            case!(a_cached_version_skips_the_payload);
+            case!(state_expires_after_its_ttl);
+            case!(tenants_are_separate);
+            case!(workspace_refs_travel_with_the_state);
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn results_older_than_the_window_are_stale() {
+                let (_server, store) = $make().await;
+                cases::results_older_than_the_window_are_stale(store, $window).await;
+            }
+        }
+    };
+}
+
+async fn redis_store() -> (baton_testkit::RedisServer, baton_session::redis::RedisStore) {
+    let server = baton_testkit::RedisServer::start();
+    let store = baton_session::redis::RedisStore::connect(&server.url())
+        .await
+        .unwrap();
+    (server, store)
+}
+
+contract_suite!(
+    redis,
+    crate::redis_store,
+    baton_session::redis::RESULTS_RETAINED
+);
