@@ -13,6 +13,7 @@
 //! `begin.lua` again naming the dead owner and its fence. Only that failover
 //! path costs extra round trips.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -95,6 +96,14 @@ fn corrupt(what: impl Into<String>) -> StoreError {
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
+
+/// State hash, lease hash, lease PTTL and Redis's clock, read in one pipeline.
+type SessionReadout = (
+    HashMap<String, Vec<u8>>,
+    HashMap<String, String>,
+    i64,
+    (u64, u64),
+);
 
 /// Reads the script replies: arrays of bulk strings and integers.
 struct Reply(Vec<Value>);
@@ -388,12 +397,7 @@ impl TurnStore for RedisStore {
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
         let keys = SessionKeys::new(key);
-        let (state, lease, lease_pttl, now): (
-            std::collections::HashMap<String, Vec<u8>>,
-            std::collections::HashMap<String, String>,
-            i64,
-            (u64, u64),
-        ) = redis::pipe()
+        let (state, lease, lease_pttl, now): SessionReadout = redis::pipe()
             .hgetall(&keys.state)
             .hgetall(&keys.lease)
             .pttl(&keys.lease)
