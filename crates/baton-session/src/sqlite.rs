@@ -1,1 +1,465 @@
+//! The embedded backend: one SQLite database (WAL mode) holds state, leases,
+//! idempotency records, heartbeats and the turn ledger. It is what `baton dev`
+//! uses when no servers are configured, and it is safe for several replica
+//! processes on one machine: every write is a `BEGIN IMMEDIATE` transaction,
+//! so SQLite's database lock serialises them across processes, and the
+//! decisions are the same as the Redis scripts' (the contract suite runs on
+//! both).
+//!
+//! Expiry differs from Redis in one way that only makes it safer: when a
+//! session's state outlives `stateTtl`, its payload, workspace and
+//! idempotency records are dropped but its counters (version, turnSeq,
+//! fence) are kept, so the ledger's (tenant, session, turnSeq) stays unique.
 
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use crate::ids::{ReplicaId, SessionKey};
+use crate::model::{
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, SessionState,
+    SessionView, TurnResult,
+};
+use crate::store::{StoreError, StoreResult, TurnStore};
+use crate::turn_record;
+
+/// Idempotency records kept per session (as for Redis).
+pub const RESULTS_RETAINED: u64 = crate::redis::RESULTS_RETAINED;
+
+/// A `TurnStore` on a local SQLite file.
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+fn db_error(e: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn now_us() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// SQLite integers are signed; the protocol's counters never reach 2^63.
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn uint(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    pub async fn open(path: &Path) -> StoreResult<Self> {
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(db_error)?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(db_error)?;
+        // Two processes opening a new database at once may race; the second
+        // attempt sees the first one's tables.
+        let migrator = sqlx::migrate!("./migrations/sqlite");
+        if migrator.run(&pool).await.is_err() {
+            migrator
+                .run(&pool)
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        }
+        Ok(Self { pool })
+    }
+
+    async fn immediate(&self) -> StoreResult<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)
+    }
+}
+
+/// Drops the state of a session idle past its TTL, keeping its counters.
+async fn expire_if_due(
+    tx: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+    now_ms: i64,
+) -> StoreResult<()> {
+    let expired = sqlx::query(
+        "UPDATE session_state SET payload = x'', workspace = NULL
+         WHERE tenant = ? AND session = ? AND expires_at_ms <= ? AND (length(payload) > 0 OR workspace IS NOT NULL)",
+    )
+    .bind(key.tenant.as_str())
+    .bind(key.session.as_str())
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(db_error)?;
+    if expired.rows_affected() > 0 {
+        sqlx::query("DELETE FROM turn_results WHERE tenant = ? AND session = ?")
+            .bind(key.tenant.as_str())
+            .bind(key.session.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+    }
+    Ok(())
+}
+
+impl TurnStore for SqliteStore {
+    async fn begin(&self, req: &BeginRequest) -> StoreResult<BeginOutcome> {
+        let (t, s) = (req.key.tenant.as_str(), req.key.session.as_str());
+        let now_us = now_us();
+        let now_ms = int(now_us / 1000);
+        let mut tx = self.immediate().await?;
+        expire_if_due(&mut tx, &req.key, now_ms).await?;
+
+        let state = sqlx::query(
+            "SELECT version, payload, workspace, fence, last_seq FROM session_state WHERE tenant = ? AND session = ?",
+        )
+        .bind(t)
+        .bind(s)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let (version, payload, workspace, fence, last) = match &state {
+            Some(row) => (
+                uint(row.get("version")),
+                row.get::<Vec<u8>, _>("payload"),
+                row.get::<Option<String>, _>("workspace"),
+                uint(row.get("fence")),
+                uint(row.get("last_seq")),
+            ),
+            None => (0, Vec::new(), None, 0, 0),
+        };
+
+        if let Some(seq) = req.turn_seq.filter(|seq| *seq <= last) {
+            let stored = sqlx::query("SELECT version, reply FROM turn_results WHERE tenant = ? AND session = ? AND turn_seq = ?")
+                .bind(t)
+                .bind(s)
+                .bind(int(seq))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            return Ok(match stored {
+                Some(row) => BeginOutcome::Duplicate(TurnResult {
+                    turn_seq: seq,
+                    version: uint(row.get("version")),
+                    reply: Bytes::from(row.get::<Vec<u8>, _>("reply")),
+                }),
+                None => BeginOutcome::Stale {
+                    last_turn_seq: last,
+                },
+            });
+        }
+
+        // A lease counts while it is unexpired and its owner still heartbeats.
+        let held = sqlx::query(
+            "SELECT l.owner, l.expires_at_ms FROM leases l
+             JOIN heartbeats h ON h.replica = l.owner AND h.expires_at_ms > ?1
+             WHERE l.tenant = ?2 AND l.session = ?3 AND l.expires_at_ms > ?1",
+        )
+        .bind(now_ms)
+        .bind(t)
+        .bind(s)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if let Some(row) = held {
+            let expires: i64 = row.get("expires_at_ms");
+            return Ok(BeginOutcome::Busy {
+                owner: row.get("owner"),
+                retry_after: Duration::from_millis(uint(expires - now_ms)),
+            });
+        }
+
+        let seq = req.turn_seq.unwrap_or(last + 1);
+        if seq > last + 1 {
+            return Ok(BeginOutcome::Gap {
+                next_turn_seq: last + 1,
+            });
+        }
+
+        // As in begin.lua: at least one more than the last, never behind the clock.
+        let fence = (fence + 1).max(now_us);
+        sqlx::query(
+            "INSERT INTO session_state (tenant, session, fence, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (tenant, session) DO UPDATE SET fence = ?3",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(int(fence))
+        .bind(now_ms.saturating_add(ms(req.state_ttl)))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        sqlx::query(
+            "INSERT OR REPLACE INTO leases (tenant, session, owner, fence, turn_seq, version, expires_at_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(req.replica.as_str())
+        .bind(int(fence))
+        .bind(int(seq))
+        .bind(int(version))
+        .bind(now_ms.saturating_add(ms(req.lease_ttl)))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+
+        let cached = req.cached_version == Some(version);
+        Ok(BeginOutcome::Granted {
+            lease: Lease {
+                key: req.key.clone(),
+                replica: req.replica.clone(),
+                fence,
+                turn_seq: seq,
+                version,
+            },
+            state: SessionState {
+                version,
+                payload: (!cached).then(|| Bytes::from(payload)),
+                workspace,
+            },
+        })
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> StoreResult<bool> {
+        let now_ms = int(now_us() / 1000);
+        let renewed = sqlx::query(
+            "UPDATE leases SET expires_at_ms = ? WHERE tenant = ? AND session = ? AND fence = ? AND expires_at_ms > ?",
+        )
+        .bind(now_ms.saturating_add(ms(ttl)))
+        .bind(lease.key.tenant.as_str())
+        .bind(lease.key.session.as_str())
+        .bind(int(lease.fence))
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
+        let lease = &req.lease;
+        let (t, s) = (lease.key.tenant.as_str(), lease.key.session.as_str());
+        let now_ms = int(now_us() / 1000);
+        let mut tx = self.immediate().await?;
+
+        let held = sqlx::query("SELECT owner, turn_seq FROM leases WHERE tenant = ? AND session = ? AND fence = ? AND expires_at_ms > ?")
+            .bind(t)
+            .bind(s)
+            .bind(int(lease.fence))
+            .bind(now_ms)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let Some(held) = held else {
+            return Ok(CommitOutcome::LeaseLost);
+        };
+        let (owner, seq): (String, i64) = (held.get("owner"), held.get("turn_seq"));
+
+        let version: i64 = sqlx::query_scalar(
+            "SELECT version FROM session_state WHERE tenant = ? AND session = ?",
+        )
+        .bind(t)
+        .bind(s)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .unwrap_or(0);
+        if uint(version) != req.expected_version {
+            return Ok(CommitOutcome::Conflict {
+                current_version: uint(version),
+            });
+        }
+        let new_version = version + 1;
+
+        sqlx::query(
+            "UPDATE session_state SET version = ?, payload = ?, workspace = ?, last_seq = ?, last_replica = ?,
+             updated_at_ms = ?, turns = turns + 1, expires_at_ms = ? WHERE tenant = ? AND session = ?",
+        )
+        .bind(new_version)
+        .bind(req.payload.as_ref())
+        .bind(req.workspace.as_deref())
+        .bind(seq)
+        .bind(&owner)
+        .bind(now_ms)
+        .bind(now_ms.saturating_add(ms(req.state_ttl)))
+        .bind(t)
+        .bind(s)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        sqlx::query("INSERT OR REPLACE INTO turn_results (tenant, session, turn_seq, version, reply) VALUES (?, ?, ?, ?, ?)")
+            .bind(t)
+            .bind(s)
+            .bind(seq)
+            .bind(new_version)
+            .bind(req.reply.as_ref())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        sqlx::query("DELETE FROM turn_results WHERE tenant = ? AND session = ? AND turn_seq <= ?")
+            .bind(t)
+            .bind(s)
+            .bind(seq - int(RESULTS_RETAINED))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+
+        // The ledger row, in the same transaction: exactly once by construction.
+        let record = turn_record::record(req, uint(now_ms));
+        sqlx::query(
+            "INSERT OR IGNORE INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest,
+             reply_digest, workspace, started_at_ms, committed_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(seq)
+        .bind(new_version)
+        .bind(&owner)
+        .bind(int(lease.fence))
+        .bind(&record.input_digest)
+        .bind(&record.reply_digest)
+        .bind(record.workspace.as_deref())
+        .bind(int(record.started_at_ms))
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+
+        sqlx::query("DELETE FROM leases WHERE tenant = ? AND session = ?")
+            .bind(t)
+            .bind(s)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(CommitOutcome::Committed {
+            version: uint(new_version),
+        })
+    }
+
+    async fn abort(&self, lease: &Lease) -> StoreResult<bool> {
+        let now_ms = int(now_us() / 1000);
+        let released = sqlx::query("DELETE FROM leases WHERE tenant = ? AND session = ? AND fence = ? AND expires_at_ms > ?")
+            .bind(lease.key.tenant.as_str())
+            .bind(lease.key.session.as_str())
+            .bind(int(lease.fence))
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(released.rows_affected() == 1)
+    }
+
+    async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
+        let (t, s) = (key.tenant.as_str(), key.session.as_str());
+        let now_us = now_us();
+        let mut tx = self.immediate().await?;
+        let owner: Option<String> = sqlx::query_scalar(
+            "SELECT owner FROM leases WHERE tenant = ? AND session = ? AND expires_at_ms > ?",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(int(now_us / 1000))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        sqlx::query("DELETE FROM leases WHERE tenant = ? AND session = ?")
+            .bind(t)
+            .bind(s)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        sqlx::query(
+            "UPDATE session_state SET fence = max(fence + 1, ?) WHERE tenant = ? AND session = ?",
+        )
+        .bind(int(now_us))
+        .bind(t)
+        .bind(s)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(owner)
+    }
+
+    async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
+        let now_ms = int(now_us() / 1000);
+        sqlx::query(
+            "INSERT INTO heartbeats (replica, expires_at_ms, last_seen_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (replica) DO UPDATE SET expires_at_ms = ?2, last_seen_ms = ?3",
+        )
+        .bind(replica.as_str())
+        .bind(now_ms.saturating_add(ms(ttl)))
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
+        let (t, s) = (key.tenant.as_str(), key.session.as_str());
+        let now_ms = int(now_us() / 1000);
+        let Some(row) = sqlx::query(
+            "SELECT version, fence, last_seq, last_replica, updated_at_ms, workspace, expires_at_ms
+             FROM session_state WHERE tenant = ? AND session = ?",
+        )
+        .bind(t)
+        .bind(s)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?
+        else {
+            return Ok(None);
+        };
+        let expired = row.get::<i64, _>("expires_at_ms") <= now_ms;
+        let lease = sqlx::query("SELECT owner, fence, turn_seq, expires_at_ms FROM leases WHERE tenant = ? AND session = ? AND expires_at_ms > ?")
+            .bind(t)
+            .bind(s)
+            .bind(now_ms)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?
+            .map(|l| LeaseView {
+                owner: l.get("owner"),
+                fence: uint(l.get("fence")),
+                turn_seq: uint(l.get("turn_seq")),
+                expires_at_ms: uint(l.get("expires_at_ms")),
+            });
+        if expired && lease.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(SessionView {
+            key: key.clone(),
+            version: uint(row.get("version")),
+            fence: uint(row.get("fence")),
+            last_turn_seq: uint(row.get("last_seq")),
+            last_replica: row.get("last_replica"),
+            updated_at_ms: uint(row.get("updated_at_ms")),
+            workspace: if expired { None } else { row.get("workspace") },
+            lease,
+        }))
+    }
+}

@@ -1,5 +1,6 @@
 //! The contract suite, run against every backend: Redis (a real
-//! `redis-server` per test) and the embedded SQLite store.
+//! `redis-server` per test) and the embedded SQLite store (a fresh file per
+//! test).
 
 mod cases;
 
@@ -59,4 +60,18 @@ contract_suite!(
     redis,
     crate::redis_store,
     baton_session::redis::RESULTS_RETAINED
+);
+
+async fn sqlite_store() -> (tempfile::TempDir, baton_session::sqlite::SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = baton_session::sqlite::SqliteStore::open(&dir.path().join("baton.db"))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+contract_suite!(
+    sqlite,
+    crate::sqlite_store,
+    baton_session::sqlite::RESULTS_RETAINED
 );
