@@ -8,8 +8,10 @@
 #![forbid(unsafe_code)]
 
 pub mod ids;
+pub mod ledger;
 pub mod model;
 pub mod redis;
+pub mod redis_ledger;
 pub mod sqlite;
 pub mod store;
 pub mod turn_record;

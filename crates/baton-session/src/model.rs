@@ -75,6 +75,11 @@ pub enum BeginOutcome {
     Stale {
         last_turn_seq: u64,
     },
+    /// The coordination store lost this session and the ledger, which knows
+    /// it reached `last_version`, has no copy of its state to restore.
+    StateLost {
+        last_version: u64,
+    },
 }
 
 /// Finish a turn: write the new state on top of the lease's version.

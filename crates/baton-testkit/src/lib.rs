@@ -9,6 +9,21 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Runs `cleanup` (a shell command) once this test process has exited, even
+/// if it was killed: servers shared through a `static` are never dropped.
+fn on_process_exit(cleanup: &str) {
+    let script = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {cleanup}",
+        std::process::id()
+    );
+    let _ = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -77,6 +92,10 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server runs (apt-get install redis-server)");
+        let pid = child.id();
+        on_process_exit(&format!(
+            "grep -qx redis-server /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"
+        ));
         self.child = Some(child);
         let port = self.port;
         wait_until(
@@ -137,5 +156,145 @@ where
             "timed out after {timeout:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Directory of PostgreSQL's server binaries (`$BATON_PG_BIN` overrides).
+fn pg_bin(tool: &str) -> PathBuf {
+    let dir = std::env::var("BATON_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());
+    PathBuf::from(dir).join(tool)
+}
+
+/// Runs a command as the `postgres` user when we are root (Postgres refuses
+/// to run as root).
+fn as_postgres(program: PathBuf) -> Command {
+    let is_root = std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+        || Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
+    if is_root {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).arg(program);
+        cmd
+    } else {
+        Command::new(program)
+    }
+}
+
+/// A private PostgreSQL cluster on a free port (initdb, trust auth, fsync
+/// off). Stopped when dropped. Create one database per test with
+/// [`PostgresServer::create_database`].
+pub struct PostgresServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    running: bool,
+}
+
+impl PostgresServer {
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("baton-pg")
+            .tempdir()
+            .expect("temp dir");
+        // The postgres user must own the data directory.
+        let _ = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status();
+        let data = dir.path().join("data");
+        let status = as_postgres(pg_bin("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("initdb runs (apt-get install postgresql-15)");
+        assert!(status.success(), "initdb failed");
+        let mut server = Self {
+            port: free_port(),
+            dir,
+            running: false,
+        };
+        server.start_again();
+        let pg_ctl = pg_bin("pg_ctl");
+        on_process_exit(&format!(
+            "runuser -u postgres -- {} -D {} -m immediate stop; rm -rf {}",
+            pg_ctl.display(),
+            server.data().display(),
+            server.dir.path().display()
+        ));
+        server
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Starts the cluster (after [`PostgresServer::stop`]) on the same port.
+    pub fn start_again(&mut self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            self.port,
+            self.dir.path().display()
+        );
+        let status = as_postgres(pg_bin("pg_ctl"))
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-l"])
+            .arg(self.dir.path().join("log"))
+            .args(["-o", &options, "start"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("pg_ctl runs");
+        assert!(status.success(), "postgres did not start");
+        self.running = true;
+    }
+
+    /// Stops the cluster immediately (like a crash, no shutdown checkpoint).
+    pub fn stop(&mut self) {
+        if self.running {
+            let _ = as_postgres(pg_bin("pg_ctl"))
+                .arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "-w", "stop"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            self.running = false;
+        }
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Creates a fresh database and returns its URL.
+    pub fn create_database(&self, name: &str) -> String {
+        let status = Command::new(pg_bin("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-q",
+                "-c",
+            ])
+            .arg(format!("CREATE DATABASE \"{name}\""))
+            .stdout(Stdio::null())
+            .status()
+            .expect("psql runs");
+        assert!(status.success(), "CREATE DATABASE {name} failed");
+        self.url(name)
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

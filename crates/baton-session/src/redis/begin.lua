@@ -1,7 +1,9 @@
 -- Begin a turn in one round trip.
 -- KEYS: 1 state (hash), 2 lease (hash), 3 results (hash turnSeq -> result)
 -- ARGV: 1 replica, 2 turnSeq or "", 3 cached version or "", 4 lease TTL ms,
---       5 state TTL ms, 6 dead owner or "", 7 dead owner's fence or ""
+--       5 state TTL ms, 6 dead owner or "", 7 dead owner's fence or "",
+--       8 "create" to start a session that has no state, "report" to answer
+--       MISSING instead (the caller then asks the ledger whether it was lost)
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
 local state, lease, results = KEYS[1], KEYS[2], KEYS[3]
@@ -11,6 +13,8 @@ local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'payload', 'ws')
 local version = tonumber(s[1]) or 0
 local fence = tonumber(s[2]) or 0
 local last = tonumber(s[3]) or 0
+-- Every state hash has a fence from its first grant on: none means no state.
+if not s[2] and ARGV[8] ~= 'create' then return {'MISSING'} end
 
 local seq = tonumber(ARGV[2])
 if seq and seq <= last then

@@ -64,6 +64,8 @@ struct Scripts {
     renew: Script,
     abort: Script,
     revoke: Script,
+    restore: Script,
+    ack: Script,
 }
 
 impl Scripts {
@@ -74,11 +76,28 @@ impl Scripts {
             renew: Script::new(include_str!("renew.lua")),
             abort: Script::new(include_str!("abort.lua")),
             revoke: Script::new(include_str!("revoke.lua")),
+            restore: Script::new(include_str!("restore.lua")),
+            ack: Script::new(include_str!("ack.lua")),
         }
     }
 }
 
-/// A `TurnStore` on Redis.
+/// What `begin` does when the session has no state at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnMissing {
+    /// Start a new session (Redis alone, no ledger to ask).
+    Create,
+    /// Answer [`RawBegin::Missing`] so the caller can ask the ledger.
+    Report,
+}
+
+pub(crate) enum RawBegin {
+    Outcome(BeginOutcome),
+    Missing,
+}
+
+/// A `TurnStore` on Redis alone: a session with no state is new. See
+/// [`crate::redis_ledger::RedisLedgerStore`] for Redis with the ledger.
 #[derive(Clone)]
 pub struct RedisStore {
     conn: ConnectionManager,
@@ -187,7 +206,8 @@ impl RedisStore {
         &self,
         req: &BeginRequest,
         dead: Option<(&str, u64)>,
-    ) -> StoreResult<BeginOutcome> {
+        on_missing: OnMissing,
+    ) -> StoreResult<RawBegin> {
         let keys = SessionKeys::new(&req.key);
         let mut invocation = self.scripts.begin.prepare_invoke();
         invocation
@@ -204,14 +224,19 @@ impl RedisStore {
             .arg(millis(req.lease_ttl))
             .arg(millis(req.state_ttl))
             .arg(dead.map(|(owner, _)| owner).unwrap_or_default())
-            .arg(dead.map(|(_, fence)| fence.to_string()).unwrap_or_default());
+            .arg(dead.map(|(_, fence)| fence.to_string()).unwrap_or_default())
+            .arg(match on_missing {
+                OnMissing::Create => "create",
+                OnMissing::Report => "report",
+            });
         let reply = Reply(
             invocation
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(unavailable)?,
         );
-        match reply.text(0)?.as_str() {
+        let outcome = match reply.text(0)?.as_str() {
+            "MISSING" => return Ok(RawBegin::Missing),
             "GRANTED" => {
                 let version = reply.num(3)?;
                 let workspace = reply.text(5)?;
@@ -255,7 +280,122 @@ impl RedisStore {
                 })
             }
             other => Err(corrupt(format!("begin answered {other:?}"))),
+        };
+        outcome.map(RawBegin::Outcome)
+    }
+
+    /// `begin.lua`, plus the failover path: a holder whose heartbeat is gone
+    /// is dead; its lease is taken over, but only if it is still the same lease.
+    pub(crate) async fn begin_with(
+        &self,
+        req: &BeginRequest,
+        on_missing: OnMissing,
+    ) -> StoreResult<RawBegin> {
+        let raw = self.begin_once(req, None, on_missing).await?;
+        let RawBegin::Outcome(BeginOutcome::Busy { owner, .. }) = &raw else {
+            return Ok(raw);
+        };
+        if owner == req.replica.as_str() || self.is_alive(owner).await? {
+            return Ok(raw);
         }
+        match self.lease_fence(&req.key).await? {
+            Some(fence) => self.begin_once(req, Some((owner, fence)), on_missing).await,
+            None => self.begin_once(req, None, on_missing).await,
+        }
+    }
+
+    /// Writes `copy` back as the session's state unless the session has
+    /// state again. True when it restored.
+    pub(crate) async fn restore(
+        &self,
+        known: &crate::ledger::LedgerSession,
+        copy: &crate::ledger::DurableCopy,
+        state_ttl: Duration,
+    ) -> StoreResult<bool> {
+        let keys = SessionKeys::new(&known.key);
+        // Version and turnSeq advance together, one per commit.
+        let turn_seq = known.last_turn_seq + copy.version.saturating_sub(known.last_version);
+        let restored: i64 = self
+            .scripts
+            .restore
+            .key(&keys.state)
+            .arg(copy.version.to_string())
+            .arg(copy.payload.as_ref())
+            .arg(copy.workspace.clone().unwrap_or_default())
+            .arg(turn_seq.to_string())
+            .arg(known.last_fence.to_string())
+            .arg(&known.last_replica)
+            .arg(known.last_turn_at_ms.to_string())
+            .arg(millis(state_ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(restored == 1)
+    }
+
+    /// Up to `limit` unshipped turn records of `key` and the state as it is
+    /// now, read in one round trip.
+    pub(crate) async fn ship_batch(
+        &self,
+        key: &SessionKey,
+        limit: usize,
+    ) -> StoreResult<crate::ledger::ShipBatch> {
+        let keys = SessionKeys::new(key);
+        let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
+        let (raw, (version, payload, workspace)): (
+            Vec<String>,
+            (Option<u64>, Option<Vec<u8>>, Option<String>),
+        ) = redis::pipe()
+            .lrange(&keys.log, 0, end)
+            .hmget(&keys.state, &["version", "payload", "ws"])
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let records = raw
+            .iter()
+            .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
+            .collect::<StoreResult<Vec<crate::model::TurnRecord>>>()?;
+        let durable = version.map(|version| crate::ledger::DurableCopy {
+            version,
+            payload: Bytes::from(payload.unwrap_or_default()),
+            workspace: workspace.filter(|w| !w.is_empty()),
+        });
+        Ok(crate::ledger::ShipBatch {
+            key: key.clone(),
+            records,
+            durable,
+        })
+    }
+
+    /// Drops the shipped records (turnSeq up to `up_to`) from the log.
+    pub(crate) async fn ack_shipped(&self, key: &SessionKey, up_to: u64) -> StoreResult<u64> {
+        self.scripts
+            .ack
+            .key(SessionKeys::new(key).log)
+            .arg(up_to.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Sessions whose logs hold unshipped records (SCAN; works per node in a cluster).
+    pub(crate) async fn sessions_with_logs(&self) -> StoreResult<Vec<SessionKey>> {
+        let mut conn = self.conn.clone();
+        let mut keys = Vec::new();
+        let mut iter: redis::AsyncIter<String> = conn
+            .scan_match("baton:{*}:log")
+            .await
+            .map_err(unavailable)?;
+        while let Some(item) = iter.next_item().await {
+            let name = item.map_err(unavailable)?;
+            let inner = name
+                .strip_prefix("baton:{")
+                .and_then(|n| n.strip_suffix("}:log"));
+            if let Some((tenant, session)) = inner.and_then(|n| n.split_once(':')) {
+                keys.push(SessionKey::new(tenant, session)?);
+            }
+        }
+        Ok(keys)
     }
 
     async fn lease_fence(&self, key: &SessionKey) -> StoreResult<Option<u64>> {
@@ -275,40 +415,15 @@ impl RedisStore {
             .await
             .map_err(unavailable)
     }
-
-    /// Turn records committed but not yet shipped to the ledger, oldest first.
-    pub async fn unshipped(
-        &self,
-        key: &SessionKey,
-        limit: usize,
-    ) -> StoreResult<Vec<crate::model::TurnRecord>> {
-        let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
-        let raw: Vec<String> = self
-            .conn
-            .clone()
-            .lrange(SessionKeys::new(key).log, 0, end)
-            .await
-            .map_err(unavailable)?;
-        raw.iter()
-            .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
-            .collect()
-    }
 }
 
 impl TurnStore for RedisStore {
     async fn begin(&self, req: &BeginRequest) -> StoreResult<BeginOutcome> {
-        let outcome = self.begin_once(req, None).await?;
-        let BeginOutcome::Busy { owner, .. } = &outcome else {
-            return Ok(outcome);
-        };
-        // Failover: a holder whose heartbeat is gone is dead; take its lease
-        // over, but only if it is still the same lease.
-        if owner == req.replica.as_str() || self.is_alive(owner).await? {
-            return Ok(outcome);
-        }
-        match self.lease_fence(&req.key).await? {
-            Some(fence) => self.begin_once(req, Some((owner, fence))).await,
-            None => self.begin_once(req, None).await,
+        match self.begin_with(req, OnMissing::Create).await? {
+            RawBegin::Outcome(outcome) => Ok(outcome),
+            RawBegin::Missing => Err(corrupt(
+                "begin reported a missing state it was told to create",
+            )),
         }
     }
 

@@ -1,8 +1,10 @@
-//! The contract suite, run against every backend: Redis (a real
-//! `redis-server` per test) and the embedded SQLite store (a fresh file per
-//! test).
+//! The contract suite, run against every backend: Redis alone (a real
+//! `redis-server` per test), Redis with the Postgres ledger (plus a database
+//! on a shared Postgres cluster) and the embedded SQLite store (a fresh file
+//! per test).
 
 mod cases;
+mod ledgered;
 
 macro_rules! contract_suite {
     ($backend:ident, $make:path, $window:expr) => {
@@ -74,4 +76,10 @@ contract_suite!(
     sqlite,
     crate::sqlite_store,
     baton_session::sqlite::RESULTS_RETAINED
+);
+
+contract_suite!(
+    redis_ledger,
+    crate::ledgered::store,
+    baton_session::redis::RESULTS_RETAINED
 );

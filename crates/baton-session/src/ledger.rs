@@ -1,0 +1,213 @@
+//! The Postgres turn ledger: every committed turn exactly once (primary key
+//! on tenant, session, turnSeq; inserts are idempotent, so shipping at least
+//! once is enough), and per session its counters and a durable copy of its
+//! state, from which a session the coordination store lost is restored.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+use crate::ids::SessionKey;
+use crate::model::TurnRecord;
+use crate::store::{StoreError, StoreResult};
+
+/// The state of a session at one version, kept in Postgres.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurableCopy {
+    pub version: u64,
+    pub payload: Bytes,
+    pub workspace: Option<String>,
+}
+
+/// What the ledger knows of one session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerSession {
+    pub key: SessionKey,
+    pub last_version: u64,
+    pub last_turn_seq: u64,
+    pub last_fence: u64,
+    pub last_replica: String,
+    pub last_turn_at_ms: u64,
+    pub turn_count: u64,
+    pub durable: Option<DurableCopy>,
+}
+
+/// Turn records of one session shipped together, with the state as the
+/// coordination store held it when they were read.
+#[derive(Clone, Debug)]
+pub struct ShipBatch {
+    pub key: SessionKey,
+    pub records: Vec<TurnRecord>,
+    pub durable: Option<DurableCopy>,
+}
+
+#[derive(Clone)]
+pub struct PostgresLedger {
+    pool: PgPool,
+}
+
+fn db_error(e: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(format!("ledger: {e}"))
+}
+
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn uint(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+impl PostgresLedger {
+    /// Connects and applies the migrations (under Postgres' advisory lock,
+    /// so replicas starting together migrate once).
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect(url)
+            .await
+            .map_err(db_error)?;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("ledger migrations: {e}")))?;
+        Ok(Self { pool })
+    }
+
+    /// Records a batch in one transaction. Rows already there are left as
+    /// they are, so shipping the same batch twice changes nothing.
+    pub async fn record(&self, batch: &ShipBatch) -> StoreResult<()> {
+        let (t, s) = (batch.key.tenant.as_str(), batch.key.session.as_str());
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut inserted = 0u64;
+        for r in &batch.records {
+            let done = sqlx::query(
+                "INSERT INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest, reply_digest,
+                 workspace, started_at_ms, committed_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                 ON CONFLICT (tenant, session, turn_seq) DO NOTHING",
+            )
+            .bind(t)
+            .bind(s)
+            .bind(int(r.turn_seq))
+            .bind(int(r.version))
+            .bind(&r.replica)
+            .bind(int(r.fence))
+            .bind(&r.input_digest)
+            .bind(&r.reply_digest)
+            .bind(r.workspace.as_deref())
+            .bind(int(r.started_at_ms))
+            .bind(int(r.committed_at_ms))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            inserted += done.rows_affected();
+        }
+        let Some(last) = batch.records.iter().max_by_key(|r| r.version) else {
+            return tx.commit().await.map_err(db_error);
+        };
+        let durable = batch.durable.as_ref().filter(|d| d.version >= last.version);
+        sqlx::query(
+            "INSERT INTO sessions (tenant, session, last_version, last_turn_seq, last_fence, last_replica,
+               last_turn_at_ms, turn_count, state_version, state_payload, state_workspace)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (tenant, session) DO UPDATE SET
+               last_version    = GREATEST(sessions.last_version, EXCLUDED.last_version),
+               last_turn_seq   = CASE WHEN EXCLUDED.last_version > sessions.last_version THEN EXCLUDED.last_turn_seq ELSE sessions.last_turn_seq END,
+               last_fence      = GREATEST(sessions.last_fence, EXCLUDED.last_fence),
+               last_replica    = CASE WHEN EXCLUDED.last_version > sessions.last_version THEN EXCLUDED.last_replica ELSE sessions.last_replica END,
+               last_turn_at_ms = GREATEST(sessions.last_turn_at_ms, EXCLUDED.last_turn_at_ms),
+               turn_count      = sessions.turn_count + EXCLUDED.turn_count,
+               state_version   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_version ELSE sessions.state_version END,
+               state_payload   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_payload ELSE sessions.state_payload END,
+               state_workspace = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_workspace ELSE sessions.state_workspace END",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(int(last.version))
+        .bind(int(last.turn_seq))
+        .bind(int(batch.records.iter().map(|r| r.fence).max().unwrap_or(0)))
+        .bind(&last.replica)
+        .bind(int(last.committed_at_ms))
+        .bind(int(inserted))
+        .bind(durable.map(|d| int(d.version)))
+        .bind(durable.map(|d| d.payload.to_vec()))
+        .bind(durable.and_then(|d| d.workspace.clone()))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    /// What the ledger knows of `key`, durable copy included.
+    pub async fn session(&self, key: &SessionKey) -> StoreResult<Option<LedgerSession>> {
+        let row = sqlx::query("SELECT * FROM sessions WHERE tenant = $1 AND session = $2")
+            .bind(key.tenant.as_str())
+            .bind(key.session.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|row| LedgerSession {
+            key: key.clone(),
+            last_version: uint(row.get("last_version")),
+            last_turn_seq: uint(row.get("last_turn_seq")),
+            last_fence: uint(row.get("last_fence")),
+            last_replica: row.get("last_replica"),
+            last_turn_at_ms: uint(row.get("last_turn_at_ms")),
+            turn_count: uint(row.get("turn_count")),
+            durable: row
+                .get::<Option<i64>, _>("state_version")
+                .map(|version| DurableCopy {
+                    version: uint(version),
+                    payload: Bytes::from(
+                        row.get::<Option<Vec<u8>>, _>("state_payload")
+                            .unwrap_or_default(),
+                    ),
+                    workspace: row.get("state_workspace"),
+                }),
+        }))
+    }
+
+    /// The most recent turns of `key`, newest first.
+    pub async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM turns WHERE tenant = $1 AND session = $2 ORDER BY turn_seq DESC LIMIT $3",
+        )
+        .bind(key.tenant.as_str())
+        .bind(key.session.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| TurnRecord {
+                tenant: row.get("tenant"),
+                session: row.get("session"),
+                turn_seq: uint(row.get("turn_seq")),
+                version: uint(row.get("version")),
+                replica: row.get("replica"),
+                fence: uint(row.get("fence")),
+                input_digest: row.get("input_digest"),
+                reply_digest: row.get("reply_digest"),
+                workspace: row.get("workspace"),
+                started_at_ms: uint(row.get("started_at_ms")),
+                committed_at_ms: uint(row.get("committed_at_ms")),
+            })
+            .collect())
+    }
+
+    /// How many turn rows the ledger holds for `key` (tests and the dashboard).
+    pub async fn turn_count(&self, key: &SessionKey) -> StoreResult<u64> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM turns WHERE tenant = $1 AND session = $2")
+                .bind(key.tenant.as_str())
+                .bind(key.session.as_str())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_error)?;
+        Ok(uint(n))
+    }
+}

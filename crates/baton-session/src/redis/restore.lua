@@ -1,0 +1,15 @@
+-- Restore a session the coordination store lost, from the ledger's durable
+-- copy, unless someone restored (or started) it meanwhile.
+-- KEYS: 1 state. ARGV: 1 version, 2 payload, 3 workspace ref or "",
+--       4 turnSeq, 5 highest fence the ledger saw, 6 last replica,
+--       7 updated at ms, 8 state TTL ms
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- Above every fence granted before the loss: the ledger's highest, and the
+-- clock (fences never lag it, see begin.lua).
+local fence = math.max(tonumber(ARGV[5]) + 1, now_us)
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'payload', ARGV[2], 'ws', ARGV[3], 'seq', ARGV[4],
+  'fence', string.format('%.0f', fence), 'replica', ARGV[6], 'updated', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[8])
+return 1

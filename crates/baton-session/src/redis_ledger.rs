@@ -1,0 +1,181 @@
+//! The production backend: Redis for the protocol, Postgres for the ledger.
+//!
+//! Commits go to Redis only; their turn records wait in the session's log
+//! until a shipper stores them in Postgres, off the reply path and at least
+//! once (the ledger's inserts are idempotent). Each commit wakes the shipper
+//! for its session; a sweep every [`SWEEP_INTERVAL`] ships whatever is left
+//! (a replica killed right after a commit, Postgres down for a while).
+//!
+//! When Redis has no state for a session, the ledger decides (G7): unknown
+//! to the ledger, the session is new; known with a durable copy, it is
+//! restored (versions and fences continue from there); known without one,
+//! the turn gets STATE_LOST. A session idle past its state TTL comes back
+//! with its counters but an empty state, as it would have expired anyway.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::ids::{ReplicaId, SessionKey};
+use crate::ledger::{DurableCopy, PostgresLedger};
+use crate::model::{BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, SessionView};
+use crate::redis::{OnMissing, RawBegin, RedisStore};
+use crate::store::{StoreError, StoreResult, TurnStore};
+
+/// How often every replica ships the logs no one else shipped.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// Records shipped per round trip.
+const SHIP_BATCH: usize = 256;
+
+#[derive(Clone)]
+pub struct RedisLedgerStore {
+    redis: RedisStore,
+    ledger: PostgresLedger,
+    wake: mpsc::UnboundedSender<SessionKey>,
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(0)
+}
+
+impl RedisLedgerStore {
+    /// Connects both stores and starts the shipper on the current runtime.
+    pub async fn connect(redis_url: &str, database_url: &str) -> StoreResult<Self> {
+        let redis = RedisStore::connect(redis_url).await?;
+        let ledger = PostgresLedger::connect(database_url).await?;
+        let (wake, woken) = mpsc::unbounded_channel();
+        let store = Self {
+            redis,
+            ledger,
+            wake,
+        };
+        tokio::spawn(store.clone().ship_forever(woken));
+        Ok(store)
+    }
+
+    pub fn ledger(&self) -> &PostgresLedger {
+        &self.ledger
+    }
+
+    /// Ships every unshipped record of `key`; returns how many.
+    pub async fn ship(&self, key: &SessionKey) -> StoreResult<usize> {
+        let mut shipped = 0;
+        loop {
+            let batch = self.redis.ship_batch(key, SHIP_BATCH).await?;
+            let Some(up_to) = batch.records.iter().map(|r| r.turn_seq).max() else {
+                return Ok(shipped);
+            };
+            self.ledger.record(&batch).await?;
+            self.redis.ack_shipped(key, up_to).await?;
+            shipped += batch.records.len();
+            if batch.records.len() < SHIP_BATCH {
+                return Ok(shipped);
+            }
+        }
+    }
+
+    /// Ships the logs of every session that has unshipped records.
+    pub async fn sweep(&self) -> StoreResult<usize> {
+        let mut shipped = 0;
+        for key in self.redis.sessions_with_logs().await? {
+            shipped += self.ship(&key).await?;
+        }
+        Ok(shipped)
+    }
+
+    async fn ship_forever(self, mut woken: mpsc::UnboundedReceiver<SessionKey>) {
+        let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
+        loop {
+            let result = tokio::select! {
+                key = woken.recv() => match key {
+                    Some(key) => self.ship(&key).await.map(|_| ()),
+                    None => return,
+                },
+                _ = sweep.tick() => self.sweep().await.map(|_| ()),
+            };
+            // The records stay in Redis; the next sweep retries.
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "shipping turn records to the ledger failed; will retry");
+            }
+        }
+    }
+
+    /// The ledger's answer for a session Redis has no state for.
+    async fn recover(&self, req: &BeginRequest) -> StoreResult<Option<BeginOutcome>> {
+        let Some(known) = self.ledger.session(&req.key).await? else {
+            return Ok(None);
+        };
+        let idle = now_ms().saturating_sub(known.last_turn_at_ms);
+        let expired = u128::from(idle) >= req.state_ttl.as_millis();
+        let copy = match (&known.durable, expired) {
+            (_, true) => DurableCopy {
+                version: known
+                    .last_version
+                    .max(known.durable.as_ref().map_or(0, |d| d.version)),
+                payload: Bytes::new(),
+                workspace: None,
+            },
+            (Some(copy), false) => copy.clone(),
+            (None, false) => {
+                return Ok(Some(BeginOutcome::StateLost {
+                    last_version: known.last_version,
+                }));
+            }
+        };
+        let restored = self.redis.restore(&known, &copy, req.state_ttl).await?;
+        tracing::warn!(session = %req.key, version = copy.version, restored, expired, "session state restored from the ledger");
+        Ok(None)
+    }
+}
+
+impl TurnStore for RedisLedgerStore {
+    async fn begin(&self, req: &BeginRequest) -> StoreResult<BeginOutcome> {
+        if let RawBegin::Outcome(outcome) = self.redis.begin_with(req, OnMissing::Report).await? {
+            return Ok(outcome);
+        }
+        if let Some(refusal) = self.recover(req).await? {
+            return Ok(refusal);
+        }
+        // Restored, or new to the ledger too: begin for real.
+        match self.redis.begin_with(req, OnMissing::Create).await? {
+            RawBegin::Outcome(outcome) => Ok(outcome),
+            RawBegin::Missing => Err(StoreError::Corrupt("state missing after restore".into())),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> StoreResult<bool> {
+        self.redis.renew(lease, ttl).await
+    }
+
+    async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
+        let outcome = self.redis.commit(req).await?;
+        if matches!(outcome, CommitOutcome::Committed { .. }) {
+            // Off the reply path; a lost wake-up is covered by the sweep.
+            let _ = self.wake.send(req.lease.key.clone());
+        }
+        Ok(outcome)
+    }
+
+    async fn abort(&self, lease: &Lease) -> StoreResult<bool> {
+        self.redis.abort(lease).await
+    }
+
+    async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
+        self.redis.revoke(key).await
+    }
+
+    async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
+        self.redis.heartbeat(replica, ttl).await
+    }
+
+    async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
+        self.redis.session(key).await
+    }
+}
