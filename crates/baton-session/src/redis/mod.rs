@@ -124,6 +124,9 @@ type SessionReadout = (
     (u64, u64),
 );
 
+/// A session's unshipped log records and its state (version, payload, workspace).
+type ShipReadout = (Vec<String>, (Option<u64>, Option<Vec<u8>>, Option<String>));
+
 /// Reads the script replies: arrays of bulk strings and integers.
 struct Reply(Vec<Value>);
 
@@ -342,10 +345,7 @@ impl RedisStore {
     ) -> StoreResult<crate::ledger::ShipBatch> {
         let keys = SessionKeys::new(key);
         let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
-        let (raw, (version, payload, workspace)): (
-            Vec<String>,
-            (Option<u64>, Option<Vec<u8>>, Option<String>),
-        ) = redis::pipe()
+        let (raw, (version, payload, workspace)): ShipReadout = redis::pipe()
             .lrange(&keys.log, 0, end)
             .hmget(&keys.state, &["version", "payload", "ws"])
             .query_async(&mut self.conn.clone())
