@@ -1,0 +1,235 @@
+//! The ledger under faults, with real servers: Redis restarted empty, Postgres
+//! stopped during turns, a replica gone right after its commits, the script
+//! cache flushed.
+
+#[allow(dead_code)]
+#[path = "contract/cases.rs"]
+mod cases;
+#[path = "contract/ledgered.rs"]
+mod ledgered;
+
+use std::time::Duration;
+
+use baton_session::ledger::{PostgresLedger, ShipBatch};
+use baton_session::redis::RedisStore;
+use baton_session::redis_ledger::RedisLedgerStore;
+use baton_session::*;
+use baton_testkit::{PostgresServer, RedisServer, wait_until_async};
+use cases::{begin_req, commit_req, granted, key, replica, turn};
+
+const SHIPPED_WITHIN: Duration = Duration::from_secs(10);
+
+/// After a Redis restart the first commands fail (Unavailable) while the
+/// connection is re-established; the replica's heartbeat loop retries.
+async fn reconnected<S: TurnStore>(store: &S, id: &str) -> ReplicaId {
+    let replica = ReplicaId::new(id).unwrap();
+    wait_until_async(
+        Duration::from_secs(10),
+        "the heartbeat to reach the restarted Redis",
+        || async { store.heartbeat(&replica, cases::LONG).await.is_ok() },
+    )
+    .await;
+    replica
+}
+
+async fn wait_for_ledger(ledger: &PostgresLedger, key: &SessionKey, rows: u64) {
+    wait_until_async(
+        SHIPPED_WITHIN,
+        &format!("{rows} ledger rows for {key}"),
+        || async { ledger.turn_count(key).await.unwrap_or(0) == rows },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_committed_turn_reaches_the_ledger_exactly_once() {
+    let (_redis, store) = ledgered::store().await;
+    let a = replica(&store, "a").await;
+    let k = key("ledger");
+    for i in 1..=10 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    wait_for_ledger(store.ledger(), &k, 10).await;
+    // A second sweep ships nothing more and changes nothing.
+    store.sweep().await.unwrap();
+    assert_eq!(store.ledger().turn_count(&k).await.unwrap(), 10);
+    let known = store.ledger().session(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (known.last_version, known.last_turn_seq, known.turn_count),
+        (10, 10, 10)
+    );
+    let copy = known.durable.unwrap();
+    assert_eq!((copy.version, copy.payload.as_ref()), (10, &b"t10"[..]));
+    let turns = store.ledger().turns(&k, 3).await.unwrap();
+    assert_eq!(
+        turns.iter().map(|t| t.turn_seq).collect::<Vec<_>>(),
+        [10, 9, 8]
+    );
+    assert!(
+        turns
+            .iter()
+            .all(|t| t.replica == "a" && t.committed_at_ms >= t.started_at_ms)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_gone_right_after_its_commits_loses_no_ledger_row() {
+    let redis = RedisServer::start();
+    // The first replica commits and never ships (Redis alone: no shipper).
+    let gone = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = replica(&gone, "a").await;
+    let k = key("orphaned");
+    for i in 1..=5 {
+        turn(&gone, &k, &a, &format!("t{i}")).await;
+    }
+    drop(gone);
+    // Any other replica's sweep ships the leftovers.
+    let other = RedisLedgerStore::connect(&redis.url(), &ledgered::database())
+        .await
+        .unwrap();
+    wait_for_ledger(other.ledger(), &k, 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_redis_loses_everything_versions_and_fences_continue_from_the_ledger() {
+    let (mut redis, store) = ledgered::store().await;
+    let a = replica(&store, "a").await;
+    let k = key("amnesia");
+    for i in 1..=3 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    wait_for_ledger(store.ledger(), &k, 3).await;
+    let fence_before = store.session(&k).await.unwrap().unwrap().fence;
+
+    redis.restart(); // no persistence: Redis comes back empty
+    let a = reconnected(&store, "a").await;
+    let (lease, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref()),
+        (3, Some(&b"t3"[..])),
+        "restored, not restarted at 0"
+    );
+    assert_eq!(lease.turn_seq, 4);
+    assert!(
+        lease.fence > fence_before,
+        "fence went backwards: {} <= {fence_before}",
+        lease.fence
+    );
+    let outcome = store.commit(&commit_req(&lease, "t4", "r")).await.unwrap();
+    assert_eq!(outcome, CommitOutcome::Committed { version: 4 });
+    wait_for_ledger(store.ledger(), &k, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_without_a_durable_copy_is_state_lost() {
+    let (_redis, store) = ledgered::store().await;
+    let a = replica(&store, "a").await;
+    let k = key("no-copy");
+    // The ledger knows turns of this session but holds no copy of its state.
+    let record = TurnRecord {
+        tenant: "acme".into(),
+        session: "no-copy".into(),
+        turn_seq: 1,
+        version: 1,
+        replica: "a".into(),
+        fence: 7,
+        input_digest: "i".into(),
+        reply_digest: "r".into(),
+        workspace: None,
+        started_at_ms: 1,
+        committed_at_ms: u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap(),
+    };
+    store
+        .ledger()
+        .record(&ShipBatch {
+            key: k.clone(),
+            records: vec![record],
+            durable: None,
+        })
+        .await
+        .unwrap();
+    let outcome = store.begin(&begin_req(&k, &a, None)).await.unwrap();
+    assert_eq!(outcome, BeginOutcome::StateLost { last_version: 1 });
+    assert!(
+        store.session(&k).await.unwrap().is_none(),
+        "nothing was created at version 0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_commit_while_postgres_is_down_and_reach_the_ledger_once_it_is_back() {
+    let mut postgres = PostgresServer::start();
+    let url = postgres.create_database("g8");
+    let redis = RedisServer::start();
+    let store = RedisLedgerStore::connect(&redis.url(), &url).await.unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("pg-down");
+    turn(&store, &k, &a, "t1").await;
+    wait_for_ledger(store.ledger(), &k, 1).await;
+
+    postgres.stop();
+    for i in 2..=6 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    assert!(
+        store.ledger().turn_count(&k).await.is_err(),
+        "Postgres should be down"
+    );
+    postgres.start_again();
+    wait_for_ledger(store.ledger(), &k, 6).await;
+    let known = store.ledger().session(&k).await.unwrap().unwrap();
+    assert_eq!((known.last_version, known.turn_count), (6, 6));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_cache_is_reloaded_not_mistaken_for_an_outcome() {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("noscript");
+    turn(&store, &k, &a, "t1").await;
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let () = ::redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let (lease, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(state.version, 1);
+    let () = ::redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.commit(&commit_req(&lease, "t2", "r")).await.unwrap(),
+        CommitOutcome::Committed { version: 2 }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_survive_a_redis_restart_with_persistence() {
+    let mut redis = RedisServer::start_with(true);
+    let store = RedisLedgerStore::connect(&redis.url(), &ledgered::database())
+        .await
+        .unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("restart");
+    turn(&store, &k, &a, "t1").await;
+    wait_for_ledger(store.ledger(), &k, 1).await;
+    redis.restart();
+    // Whether AOF kept the last second or the ledger restores it, the
+    // session continues at version 2 and the scripts are loaded again.
+    let a = reconnected(&store, "a").await;
+    assert_eq!(turn(&store, &k, &a, "t2").await, 2);
+}
