@@ -15,6 +15,7 @@ pub mod redis_ledger;
 pub mod sqlite;
 pub mod store;
 pub mod turn_record;
+pub mod workspace;
 
 pub use ids::{InvalidId, ReplicaId, SessionKey};
 pub use model::*;

