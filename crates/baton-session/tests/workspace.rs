@@ -140,7 +140,10 @@ async fn gc_collects_only_unreferenced_old_objects(store: WorkspaceStore, tag: &
     // Past it, the fenced-out manifest and its own blob go; shared ones stay.
     let report = store.gc(&live, Duration::ZERO).await.unwrap();
     assert_eq!((report.manifests_deleted, report.blobs_deleted), (1, 1));
-    assert_eq!(store.list_manifests().await.unwrap(), std::slice::from_ref(&committed));
+    assert_eq!(
+        store.list_manifests().await.unwrap(),
+        std::slice::from_ref(&committed)
+    );
     assert!(store.load_manifest(&fenced_out).await.is_err());
     let fresh = tempfile::tempdir().unwrap();
     store

@@ -376,3 +376,23 @@ impl Drop for S3Server {
         let _ = self.child.wait();
     }
 }
+
+/// Polls `attempt` until it yields a value or `timeout` passes; panics with
+/// `what` then.
+pub async fn poll_async<T, F, Fut>(timeout: Duration, what: &str, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = attempt().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
