@@ -233,3 +233,94 @@ async fn turns_survive_a_redis_restart_with_persistence() {
     let a = reconnected(&store, "a").await;
     assert_eq!(turn(&store, &k, &a, "t2").await, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_back_after_its_state_ttl_keeps_counting() {
+    let (_redis, store) = ledgered::store().await;
+    let a = replica(&store, "a").await;
+    let k = key("returning");
+    let ttl = Duration::from_millis(300);
+    let begin = BeginRequest {
+        state_ttl: ttl,
+        ..begin_req(&k, &a, None)
+    };
+    let (lease, _) = granted(&store, &begin).await;
+    store
+        .commit(&CommitRequest {
+            state_ttl: ttl,
+            ..commit_req(&lease, "old", "r")
+        })
+        .await
+        .unwrap();
+    wait_for_ledger(store.ledger(), &k, 1).await;
+    wait_until_async(Duration::from_secs(5), "the state to expire", || async {
+        store.session(&k).await.unwrap().is_none()
+    })
+    .await;
+    let (lease, state) = granted(&store, &begin).await;
+    assert_eq!(
+        (state.version, lease.turn_seq, state.payload.as_deref()),
+        (1, 2, Some(&b""[..]))
+    );
+    store
+        .commit(&CommitRequest {
+            state_ttl: ttl,
+            ..commit_req(&lease, "new", "r")
+        })
+        .await
+        .unwrap();
+    wait_for_ledger(store.ledger(), &k, 2).await;
+}
+
+/// An uncontended turn on an existing session is two Redis round trips: the
+/// begin script and the commit script. Counted with MONITOR, which marks the
+/// commands a script runs with "lua]".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_turn_is_two_round_trips() {
+    use std::io::{BufRead, BufReader, Write};
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("two-trips");
+    turn(&store, &k, &a, "t1").await;
+
+    let mut monitor = std::net::TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    monitor.write_all(b"MONITOR\r\n").unwrap();
+    let mut lines = BufReader::new(monitor.try_clone().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "+OK");
+    let seen = std::thread::spawn(move || {
+        let mut top_level = Vec::new();
+        for line in lines.map_while(Result::ok) {
+            if line.contains("\"ECHO\" \"end-of-turn\"") {
+                break;
+            }
+            if !line.contains("lua]") {
+                top_level.push(line);
+            }
+        }
+        top_level
+    });
+    turn(&store, &k, &a, "t2").await;
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: String = ::redis::cmd("ECHO")
+        .arg("end-of-turn")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let top_level = seen.join().unwrap();
+    assert_eq!(
+        top_level.len(),
+        2,
+        "round trips of one turn: {top_level:#?}"
+    );
+    assert!(
+        top_level
+            .iter()
+            .all(|l| l.contains("\"EVALSHA\"") || l.contains("\"EVAL\"")),
+        "{top_level:#?}"
+    );
+}

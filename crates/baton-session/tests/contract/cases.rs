@@ -435,9 +435,15 @@ pub async fn a_cached_version_skips_the_payload<S: TurnStore>(store: S) {
 pub async fn state_expires_after_its_ttl<S: TurnStore>(store: S) {
     let a = replica(&store, "a").await;
     let k = key("ttl");
-    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    // The deployment's state TTL, used by begin and commit alike.
+    let ttl = Duration::from_millis(300);
+    let begin = BeginRequest {
+        state_ttl: ttl,
+        ..begin_req(&k, &a, None)
+    };
+    let (lease, _) = granted(&store, &begin).await;
     let req = CommitRequest {
-        state_ttl: Duration::from_millis(300),
+        state_ttl: ttl,
         ..commit_req(&lease, "brief", "r")
     };
     store.commit(&req).await.unwrap();
@@ -446,6 +452,12 @@ pub async fn state_expires_after_its_ttl<S: TurnStore>(store: S) {
         store.session(&k).await.unwrap().is_none()
     })
     .await;
+    let (_, state) = granted(&store, &begin).await;
+    assert_eq!(
+        (state.payload.as_deref(), state.workspace),
+        (Some(&b""[..]), None),
+        "the state is gone"
+    );
 }
 
 pub async fn tenants_are_separate<S: TurnStore>(store: S) {
