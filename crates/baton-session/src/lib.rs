@@ -10,6 +10,7 @@
 pub mod ids;
 pub mod ledger;
 pub mod model;
+pub mod protocol;
 pub mod redis;
 pub mod redis_ledger;
 pub mod sqlite;

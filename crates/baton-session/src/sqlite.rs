@@ -24,6 +24,9 @@ use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, SessionState,
     SessionView, TurnResult,
 };
+use crate::protocol::{
+    BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,
+};
 use crate::store::{StoreError, StoreResult, TurnStore};
 use crate::turn_record;
 
@@ -149,26 +152,6 @@ impl TurnStore for SqliteStore {
             None => (0, Vec::new(), None, 0, 0),
         };
 
-        if let Some(seq) = req.turn_seq.filter(|seq| *seq <= last) {
-            let stored = sqlx::query("SELECT version, reply FROM turn_results WHERE tenant = ? AND session = ? AND turn_seq = ?")
-                .bind(t)
-                .bind(s)
-                .bind(int(seq))
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            return Ok(match stored {
-                Some(row) => BeginOutcome::Duplicate(TurnResult {
-                    turn_seq: seq,
-                    version: uint(row.get("version")),
-                    reply: Bytes::from(row.get::<Vec<u8>, _>("reply")),
-                }),
-                None => BeginOutcome::Stale {
-                    last_turn_seq: last,
-                },
-            });
-        }
-
         // A lease counts while it is unexpired and its owner still heartbeats.
         let held = sqlx::query(
             "SELECT l.owner, l.expires_at_ms FROM leases l
@@ -180,24 +163,45 @@ impl TurnStore for SqliteStore {
         .bind(s)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(db_error)?;
-        if let Some(row) = held {
-            let expires: i64 = row.get("expires_at_ms");
-            return Ok(BeginOutcome::Busy {
-                owner: row.get("owner"),
-                retry_after: Duration::from_millis(uint(expires - now_ms)),
-            });
-        }
+        .map_err(db_error)?
+        .map(|row| LiveLease {
+            owner: row.get("owner"),
+            expires_in: Duration::from_millis(uint(row.get::<i64, _>("expires_at_ms") - now_ms)),
+        });
 
-        let seq = req.turn_seq.unwrap_or(last + 1);
-        if seq > last + 1 {
-            return Ok(BeginOutcome::Gap {
-                next_turn_seq: last + 1,
-            });
-        }
-
-        // As in begin.lua: at least one more than the last, never behind the clock.
-        let fence = (fence + 1).max(now_us);
+        let counters = Counters {
+            version,
+            fence,
+            last_turn_seq: last,
+        };
+        let (seq, fence) = match decide_begin(counters, held, req.turn_seq, now_us) {
+            BeginDecision::Grant { turn_seq, fence } => (turn_seq, fence),
+            BeginDecision::Busy { owner, retry_after } => {
+                return Ok(BeginOutcome::Busy { owner, retry_after });
+            }
+            BeginDecision::Gap { next_turn_seq } => return Ok(BeginOutcome::Gap { next_turn_seq }),
+            BeginDecision::Replay { turn_seq } => {
+                let stored = sqlx::query(
+                    "SELECT version, reply FROM turn_results WHERE tenant = ? AND session = ? AND turn_seq = ?",
+                )
+                .bind(t)
+                .bind(s)
+                .bind(int(turn_seq))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                return Ok(match stored {
+                    Some(row) => BeginOutcome::Duplicate(TurnResult {
+                        turn_seq,
+                        version: uint(row.get("version")),
+                        reply: Bytes::from(row.get::<Vec<u8>, _>("reply")),
+                    }),
+                    None => BeginOutcome::Stale {
+                        last_turn_seq: last,
+                    },
+                });
+            }
+        };
         sqlx::query(
             "INSERT INTO session_state (tenant, session, fence, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (tenant, session) DO UPDATE SET fence = ?3",
@@ -264,19 +268,15 @@ impl TurnStore for SqliteStore {
         let now_ms = int(now_us() / 1000);
         let mut tx = self.immediate().await?;
 
-        let held = sqlx::query("SELECT owner, turn_seq FROM leases WHERE tenant = ? AND session = ? AND fence = ? AND expires_at_ms > ?")
-            .bind(t)
-            .bind(s)
-            .bind(int(lease.fence))
-            .bind(now_ms)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let Some(held) = held else {
-            return Ok(CommitOutcome::LeaseLost);
-        };
-        let (owner, seq): (String, i64) = (held.get("owner"), held.get("turn_seq"));
-
+        let held = sqlx::query(
+            "SELECT owner, fence, turn_seq FROM leases WHERE tenant = ? AND session = ? AND expires_at_ms > ?",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(now_ms)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
         let version: i64 = sqlx::query_scalar(
             "SELECT version FROM session_state WHERE tenant = ? AND session = ?",
         )
@@ -286,12 +286,17 @@ impl TurnStore for SqliteStore {
         .await
         .map_err(db_error)?
         .unwrap_or(0);
-        if uint(version) != req.expected_version {
-            return Ok(CommitOutcome::Conflict {
-                current_version: uint(version),
-            });
-        }
-        let new_version = version + 1;
+        let held_fence = held.as_ref().map(|row| uint(row.get("fence")));
+        let new_version =
+            match decide_commit(held_fence, lease.fence, uint(version), req.expected_version) {
+                CommitDecision::Write { new_version } => int(new_version),
+                CommitDecision::LeaseLost => return Ok(CommitOutcome::LeaseLost),
+                CommitDecision::Conflict { current_version } => {
+                    return Ok(CommitOutcome::Conflict { current_version });
+                }
+            };
+        let held = held.expect("the fence matched, so the lease exists");
+        let (owner, seq): (String, i64) = (held.get("owner"), held.get("turn_seq"));
 
         sqlx::query(
             "UPDATE session_state SET version = ?, payload = ?, workspace = ?, last_seq = ?, last_replica = ?,

@@ -1,3 +1,4 @@
+-- The rules of protocol::decide_begin (src/protocol.rs), in Lua: Redis runs no Rust.
 -- Begin a turn in one round trip.
 -- KEYS: 1 state (hash), 2 lease (hash), 3 results (hash turnSeq -> result)
 -- ARGV: 1 replica, 2 turnSeq or "", 3 cached version or "", 4 lease TTL ms,

@@ -1,3 +1,4 @@
+-- The rules of protocol::decide_commit (src/protocol.rs), in Lua: Redis runs no Rust.
 -- Commit a turn in one round trip.
 -- KEYS: 1 state, 2 lease, 3 results, 4 log (list of turn records)
 -- ARGV: 1 fence, 2 expected version, 3 payload, 4 workspace ref or "",
