@@ -10,8 +10,8 @@ use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::ids::SessionKey;
-use crate::model::TurnRecord;
-use crate::store::{StoreError, StoreResult};
+use crate::model::{ListQuery, SessionPage, SessionSummary, TurnRecord};
+use crate::store::{StoreError, StoreResult, page_size};
 
 /// The state of a session at one version, kept in Postgres.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,6 +172,7 @@ impl PostgresLedger {
 
     /// The most recent turns of `key`, newest first.
     pub async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        let limit = page_size(limit);
         let rows = sqlx::query(
             "SELECT * FROM turns WHERE tenant = $1 AND session = $2 ORDER BY turn_seq DESC LIMIT $3",
         )
@@ -197,6 +198,41 @@ impl PostgresLedger {
                 committed_at_ms: uint(row.get("committed_at_ms")),
             })
             .collect())
+    }
+
+    /// Sessions in (tenant, session) order (see [`crate::SessionCatalog`]).
+    pub async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionPage> {
+        let limit = page_size(query.limit);
+        let rows = sqlx::query(
+            "SELECT tenant, session, last_version, last_turn_seq, last_replica, last_turn_at_ms, turn_count
+             FROM sessions
+             WHERE ($1::text IS NULL OR tenant = $1)
+               AND ($2::text IS NULL OR starts_with(session, $2))
+               AND ($3::text IS NULL OR (tenant, session) > ($3, $4))
+             ORDER BY tenant, session LIMIT $5",
+        )
+        .bind(query.tenant.as_ref().map(|t| t.as_str()))
+        .bind(query.prefix.as_deref())
+        .bind(query.after.as_ref().map(|k| k.tenant.as_str()))
+        .bind(query.after.as_ref().map(|k| k.session.as_str()))
+        .bind(i64::from(limit) + 1)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let mut sessions = rows
+            .iter()
+            .map(|row| {
+                Ok(SessionSummary {
+                    key: SessionKey::new(row.get("tenant"), row.get("session"))?,
+                    version: uint(row.get("last_version")),
+                    last_turn_seq: uint(row.get("last_turn_seq")),
+                    last_replica: row.get("last_replica"),
+                    last_turn_at_ms: uint(row.get("last_turn_at_ms")),
+                    turn_count: uint(row.get("turn_count")),
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(crate::sqlite::page(&mut sessions, limit))
     }
 
     /// How many turn rows the ledger holds for `key` (tests and the dashboard).

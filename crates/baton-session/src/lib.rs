@@ -18,6 +18,6 @@ pub mod store;
 pub mod turn_record;
 pub mod workspace;
 
-pub use ids::{InvalidId, ReplicaId, SessionKey};
+pub use ids::{InvalidId, ReplicaId, SessionId, SessionKey, TenantId};
 pub use model::*;
-pub use store::{StoreError, StoreResult, TurnStore};
+pub use store::{SessionCatalog, StoreError, StoreResult, TurnStore};

@@ -148,3 +148,43 @@ pub struct LeaseView {
     pub turn_seq: u64,
     pub expires_at_ms: u64,
 }
+
+/// Longest page [`ListQuery`] returns.
+pub const MAX_PAGE: u32 = 500;
+
+/// A page of sessions in (tenant, session) order, after `after`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    pub tenant: Option<crate::ids::TenantId>,
+    /// Only sessions whose id starts with this.
+    pub prefix: Option<String>,
+    /// Keyset pagination: the last key of the previous page.
+    pub after: Option<SessionKey>,
+    /// 1..=[`MAX_PAGE`]; larger values are clamped.
+    pub limit: u32,
+}
+
+/// One row of the session list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSummary {
+    pub key: SessionKey,
+    pub version: u64,
+    pub last_turn_seq: u64,
+    pub last_replica: Option<String>,
+    pub last_turn_at_ms: u64,
+    pub turn_count: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionSummary>,
+    /// Pass as `after` for the next page; `None` on the last one.
+    pub next: Option<SessionKey>,
+}
+
+/// A replica that heartbeats.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaView {
+    pub id: String,
+    pub last_seen_ms: u64,
+}

@@ -12,16 +12,20 @@
 //! the turn gets STATE_LOST. A session idle past its state TTL comes back
 //! with its counters but an empty state, as it would have expired anyway.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::ids::{ReplicaId, SessionKey};
 use crate::ledger::{DurableCopy, PostgresLedger};
-use crate::model::{BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, SessionView};
+use crate::model::{
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ListQuery, ReplicaView,
+    SessionPage, SessionView, TurnRecord,
+};
 use crate::redis::{OnMissing, RawBegin, RedisStore};
-use crate::store::{StoreError, StoreResult, TurnStore};
+use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore};
+use crate::turn_record::now_ms;
 
 /// How often every replica ships the logs no one else shipped.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -33,16 +37,6 @@ pub struct RedisLedgerStore {
     redis: RedisStore,
     ledger: PostgresLedger,
     wake: mpsc::UnboundedSender<SessionKey>,
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(0)
 }
 
 impl RedisLedgerStore {
@@ -177,5 +171,20 @@ impl TurnStore for RedisLedgerStore {
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
         self.redis.session(key).await
+    }
+}
+
+impl SessionCatalog for RedisLedgerStore {
+    /// From the ledger: sessions appear once their first turn was shipped.
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionPage> {
+        self.ledger.list_sessions(query).await
+    }
+
+    async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        self.ledger.turns(key, limit).await
+    }
+
+    async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {
+        self.redis.replicas().await
     }
 }

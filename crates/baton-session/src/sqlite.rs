@@ -21,13 +21,13 @@ use sqlx::{Row, SqlitePool};
 
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, SessionState,
-    SessionView, TurnResult,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, ListQuery,
+    ReplicaView, SessionPage, SessionState, SessionSummary, SessionView, TurnRecord, TurnResult,
 };
 use crate::protocol::{
     BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,
 };
-use crate::store::{StoreError, StoreResult, TurnStore};
+use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, page_size};
 use crate::turn_record;
 
 /// Idempotency records kept per session (as for Redis).
@@ -466,5 +466,99 @@ impl TurnStore for SqliteStore {
             workspace: if expired { None } else { row.get("workspace") },
             lease,
         }))
+    }
+}
+
+impl SessionCatalog for SqliteStore {
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionPage> {
+        let limit = page_size(query.limit);
+        let rows = sqlx::query(
+            "SELECT tenant, session, version, last_seq, last_replica, updated_at_ms, turns FROM session_state
+             WHERE (?1 IS NULL OR tenant = ?1)
+               AND (?2 IS NULL OR substr(session, 1, length(?2)) = ?2)
+               AND (?3 IS NULL OR (tenant, session) > (?3, ?4))
+             ORDER BY tenant, session LIMIT ?5",
+        )
+        .bind(query.tenant.as_ref().map(|t| t.as_str()))
+        .bind(query.prefix.as_deref())
+        .bind(query.after.as_ref().map(|k| k.tenant.as_str()))
+        .bind(query.after.as_ref().map(|k| k.session.as_str()))
+        .bind(i64::from(limit) + 1)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let mut sessions = rows
+            .iter()
+            .map(|row| {
+                Ok(SessionSummary {
+                    key: SessionKey::new(row.get("tenant"), row.get("session"))?,
+                    version: uint(row.get("version")),
+                    last_turn_seq: uint(row.get("last_seq")),
+                    last_replica: row.get("last_replica"),
+                    last_turn_at_ms: uint(row.get("updated_at_ms")),
+                    turn_count: uint(row.get("turns")),
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(page(&mut sessions, limit))
+    }
+
+    async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM turns WHERE tenant = ? AND session = ? ORDER BY turn_seq DESC LIMIT ?",
+        )
+        .bind(key.tenant.as_str())
+        .bind(key.session.as_str())
+        .bind(i64::from(page_size(limit)))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|row| TurnRecord {
+                tenant: row.get("tenant"),
+                session: row.get("session"),
+                turn_seq: uint(row.get("turn_seq")),
+                version: uint(row.get("version")),
+                replica: row.get("replica"),
+                fence: uint(row.get("fence")),
+                input_digest: row.get("input_digest"),
+                reply_digest: row.get("reply_digest"),
+                workspace: row.get("workspace"),
+                started_at_ms: uint(row.get("started_at_ms")),
+                committed_at_ms: uint(row.get("committed_at_ms")),
+            })
+            .collect())
+    }
+
+    async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {
+        let rows = sqlx::query(
+            "SELECT replica, last_seen_ms FROM heartbeats WHERE expires_at_ms > ? ORDER BY replica",
+        )
+        .bind(int(now_us() / 1000))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|row| ReplicaView {
+                id: row.get("replica"),
+                last_seen_ms: uint(row.get("last_seen_ms")),
+            })
+            .collect())
+    }
+}
+
+/// Cuts a `limit + 1` fetch down to a page and its continuation key.
+pub(crate) fn page(sessions: &mut Vec<SessionSummary>, limit: u32) -> SessionPage {
+    let more = sessions.len() > limit as usize;
+    sessions.truncate(limit as usize);
+    SessionPage {
+        next: if more {
+            sessions.last().map(|s| s.key.clone())
+        } else {
+            None
+        },
+        sessions: std::mem::take(sessions),
     }
 }

@@ -5,7 +5,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::ids::{InvalidId, ReplicaId, SessionKey};
-use crate::model::{BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, SessionView};
+use crate::model::{
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ListQuery, ReplicaView,
+    SessionPage, SessionView, TurnRecord,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -67,4 +70,28 @@ pub trait TurnStore: Send + Sync {
         &self,
         key: &SessionKey,
     ) -> impl Future<Output = StoreResult<Option<SessionView>>> + Send;
+}
+
+/// What the dashboard reads: sessions, their turn history, live replicas.
+pub trait SessionCatalog: Send + Sync {
+    /// Sessions in (tenant, session) order, one page at a time.
+    fn list_sessions(
+        &self,
+        query: &ListQuery,
+    ) -> impl Future<Output = StoreResult<SessionPage>> + Send;
+
+    /// The most recent turns of a session, newest first.
+    fn turns(
+        &self,
+        key: &SessionKey,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<TurnRecord>>> + Send;
+
+    /// Replicas whose heartbeat is current.
+    fn replicas(&self) -> impl Future<Output = StoreResult<Vec<ReplicaView>>> + Send;
+}
+
+/// The page size to use for `limit`: at least 1, at most [`crate::model::MAX_PAGE`].
+pub fn page_size(limit: u32) -> u32 {
+    limit.clamp(1, crate::model::MAX_PAGE)
 }

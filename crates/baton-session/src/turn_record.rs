@@ -41,3 +41,11 @@ pub fn draft_json(req: &CommitRequest) -> StoreResult<String> {
     }
     Ok(value.to_string())
 }
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}

@@ -378,6 +378,31 @@ impl RedisStore {
             .map_err(unavailable)
     }
 
+    /// Replicas whose heartbeat key is alive, with when they last beat.
+    pub async fn replicas(&self) -> StoreResult<Vec<crate::model::ReplicaView>> {
+        let mut conn = self.conn.clone();
+        let mut names = Vec::new();
+        let mut iter: redis::AsyncIter<String> =
+            conn.scan_match("baton:hb:*").await.map_err(unavailable)?;
+        while let Some(item) = iter.next_item().await {
+            names.push(item.map_err(unavailable)?);
+        }
+        drop(iter);
+        names.sort();
+        let mut replicas = Vec::new();
+        for name in names {
+            // Gone between SCAN and GET: it just expired.
+            let seen: Option<u64> = conn.get(&name).await.map_err(unavailable)?;
+            if let (Some(id), Some(last_seen_ms)) = (name.strip_prefix("baton:hb:"), seen) {
+                replicas.push(crate::model::ReplicaView {
+                    id: id.to_owned(),
+                    last_seen_ms,
+                });
+            }
+        }
+        Ok(replicas)
+    }
+
     /// Sessions whose logs hold unshipped records (SCAN; works per node in a cluster).
     pub(crate) async fn sessions_with_logs(&self) -> StoreResult<Vec<SessionKey>> {
         let mut conn = self.conn.clone();
@@ -504,7 +529,11 @@ impl TurnStore for RedisStore {
         let () = self
             .conn
             .clone()
-            .pset_ex(heartbeat_key(replica.as_str()), "1", millis(ttl))
+            .pset_ex(
+                heartbeat_key(replica.as_str()),
+                crate::turn_record::now_ms(),
+                millis(ttl),
+            )
             .await
             .map_err(unavailable)?;
         Ok(())

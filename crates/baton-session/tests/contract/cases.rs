@@ -482,3 +482,150 @@ pub async fn workspace_refs_travel_with_the_state<S: TurnStore>(store: S) {
     let (_, state) = granted(&store, &begin_req(&k, &a, None)).await;
     assert_eq!(state.workspace, req.workspace);
 }
+
+// --- the catalog the dashboard reads ---
+
+pub async fn sessions_list_in_key_order_page_by_page<S: TurnStore + SessionCatalog>(store: S) {
+    let a = replica(&store, "a").await;
+    let keys = [
+        ("acme", "a1"),
+        ("acme", "a2"),
+        ("acme", "b1"),
+        ("other", "a1"),
+    ];
+    for (tenant, session) in keys {
+        turn(&store, &SessionKey::new(tenant, session).unwrap(), &a, "x").await;
+    }
+    let all = ListQuery {
+        limit: 100,
+        ..ListQuery::default()
+    };
+    wait_until_async(
+        Duration::from_secs(10),
+        "every session to be listed",
+        || async {
+            store
+                .list_sessions(&all)
+                .await
+                .map(|p| p.sessions.len())
+                .unwrap_or(0)
+                == 4
+        },
+    )
+    .await;
+    let names = |page: &SessionPage| {
+        page.sessions
+            .iter()
+            .map(|s| s.key.to_string())
+            .collect::<Vec<_>>()
+    };
+
+    let first = store
+        .list_sessions(&ListQuery {
+            limit: 2,
+            ..ListQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&first), ["acme/a1", "acme/a2"]);
+    let second = store
+        .list_sessions(&ListQuery {
+            limit: 2,
+            after: first.next.clone(),
+            ..ListQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["acme/b1", "other/a1"]);
+    assert_eq!(second.next, None);
+
+    let acme = ListQuery {
+        tenant: Some(TenantId::new("acme").unwrap()),
+        limit: 100,
+        ..ListQuery::default()
+    };
+    assert_eq!(
+        names(&store.list_sessions(&acme).await.unwrap()),
+        ["acme/a1", "acme/a2", "acme/b1"]
+    );
+    let prefixed = ListQuery {
+        prefix: Some("a".into()),
+        ..acme.clone()
+    };
+    assert_eq!(
+        names(&store.list_sessions(&prefixed).await.unwrap()),
+        ["acme/a1", "acme/a2"]
+    );
+    let wildcard = ListQuery {
+        prefix: Some("_".into()),
+        ..acme
+    };
+    assert!(
+        store
+            .list_sessions(&wildcard)
+            .await
+            .unwrap()
+            .sessions
+            .is_empty(),
+        "'_' is not a wildcard"
+    );
+    let clamped = store.list_sessions(&ListQuery::default()).await.unwrap();
+    assert_eq!(clamped.sessions.len(), 1, "a zero limit is clamped to one");
+
+    let row = &store.list_sessions(&all).await.unwrap().sessions[0];
+    assert_eq!(
+        (
+            row.version,
+            row.last_turn_seq,
+            row.turn_count,
+            row.last_replica.as_deref()
+        ),
+        (1, 1, 1, Some("a"))
+    );
+}
+
+pub async fn turn_history_is_newest_first<S: TurnStore + SessionCatalog>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("history");
+    for i in 1..=3 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    wait_until_async(
+        Duration::from_secs(10),
+        "three turns in the history",
+        || async { store.turns(&k, 10).await.map(|t| t.len()).unwrap_or(0) == 3 },
+    )
+    .await;
+    let turns = store.turns(&k, 2).await.unwrap();
+    assert_eq!(
+        turns
+            .iter()
+            .map(|t| (t.turn_seq, t.version))
+            .collect::<Vec<_>>(),
+        [(3, 3), (2, 2)]
+    );
+    assert!(
+        turns
+            .iter()
+            .all(|t| t.replica == "a" && t.fence > 0 && t.reply_digest.len() == 64)
+    );
+}
+
+pub async fn replicas_are_listed_while_they_heartbeat<S: TurnStore + SessionCatalog>(store: S) {
+    replica(&store, "steady").await;
+    store
+        .heartbeat(
+            &ReplicaId::new("fading").unwrap(),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap();
+    let ids = |r: Vec<ReplicaView>| r.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.replicas().await.unwrap()), ["fading", "steady"]);
+    wait_until_async(
+        Duration::from_secs(5),
+        "the fading replica to drop out",
+        || async { ids(store.replicas().await.unwrap()) == ["steady"] },
+    )
+    .await;
+}

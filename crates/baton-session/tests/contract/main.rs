@@ -83,3 +83,31 @@ contract_suite!(
     crate::ledgered::store,
     baton_session::redis::RESULTS_RETAINED
 );
+
+macro_rules! catalog_suite {
+    ($backend:ident, $make:path) => {
+        mod $backend {
+            use crate::cases;
+
+            macro_rules! case {
+                ($name:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        let (_server, store) = $make().await;
+                        cases::$name(store).await;
+                    }
+                };
+            }
+
+            case!(sessions_list_in_key_order_page_by_page);
+            case!(turn_history_is_newest_first);
+            case!(replicas_are_listed_while_they_heartbeat);
+        }
+    };
+}
+
+/// The dashboard's reads, on the backends that have a ledger.
+mod catalog {
+    catalog_suite!(sqlite, crate::sqlite_store);
+    catalog_suite!(redis_ledger, crate::ledgered::store);
+}
