@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::ids::SessionKey;
 use crate::model::{ListQuery, SessionPage, SessionSummary, TurnRecord};
+use crate::sql::{col, counter, turn_record};
 use crate::store::{StoreError, StoreResult, page_size};
 
 /// The state of a session at one version, kept in Postgres.
@@ -149,24 +149,27 @@ impl PostgresLedger {
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
-        Ok(row.map(|row| LedgerSession {
+        let Some(row) = row else { return Ok(None) };
+        let durable = match col::<_, Option<i64>>(&row, "state_version")? {
+            Some(version) => Some(DurableCopy {
+                version: u64::try_from(version)
+                    .map_err(|_| StoreError::Corrupt("negative state_version".into()))?,
+                payload: Bytes::from(
+                    col::<_, Option<Vec<u8>>>(&row, "state_payload")?.unwrap_or_default(),
+                ),
+                workspace: col(&row, "state_workspace")?,
+            }),
+            None => None,
+        };
+        Ok(Some(LedgerSession {
             key: key.clone(),
-            last_version: uint(row.get("last_version")),
-            last_turn_seq: uint(row.get("last_turn_seq")),
-            last_fence: uint(row.get("last_fence")),
-            last_replica: row.get("last_replica"),
-            last_turn_at_ms: uint(row.get("last_turn_at_ms")),
-            turn_count: uint(row.get("turn_count")),
-            durable: row
-                .get::<Option<i64>, _>("state_version")
-                .map(|version| DurableCopy {
-                    version: uint(version),
-                    payload: Bytes::from(
-                        row.get::<Option<Vec<u8>>, _>("state_payload")
-                            .unwrap_or_default(),
-                    ),
-                    workspace: row.get("state_workspace"),
-                }),
+            last_version: counter(&row, "last_version")?,
+            last_turn_seq: counter(&row, "last_turn_seq")?,
+            last_fence: counter(&row, "last_fence")?,
+            last_replica: col(&row, "last_replica")?,
+            last_turn_at_ms: counter(&row, "last_turn_at_ms")?,
+            turn_count: counter(&row, "turn_count")?,
+            durable,
         }))
     }
 
@@ -182,22 +185,7 @@ impl PostgresLedger {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        Ok(rows
-            .into_iter()
-            .map(|row| TurnRecord {
-                tenant: row.get("tenant"),
-                session: row.get("session"),
-                turn_seq: uint(row.get("turn_seq")),
-                version: uint(row.get("version")),
-                replica: row.get("replica"),
-                fence: uint(row.get("fence")),
-                input_digest: row.get("input_digest"),
-                reply_digest: row.get("reply_digest"),
-                workspace: row.get("workspace"),
-                started_at_ms: uint(row.get("started_at_ms")),
-                committed_at_ms: uint(row.get("committed_at_ms")),
-            })
-            .collect())
+        rows.iter().map(turn_record).collect()
     }
 
     /// Sessions in (tenant, session) order (see [`crate::SessionCatalog`]).
@@ -220,15 +208,15 @@ impl PostgresLedger {
         .await
         .map_err(db_error)?;
         let mut sessions = rows
-            .iter()
+            .into_iter()
             .map(|row| {
                 Ok(SessionSummary {
-                    key: SessionKey::new(row.get("tenant"), row.get("session"))?,
-                    version: uint(row.get("last_version")),
-                    last_turn_seq: uint(row.get("last_turn_seq")),
-                    last_replica: row.get("last_replica"),
-                    last_turn_at_ms: uint(row.get("last_turn_at_ms")),
-                    turn_count: uint(row.get("turn_count")),
+                    key: SessionKey::new(col(&row, "tenant")?, col(&row, "session")?)?,
+                    version: counter(&row, "last_version")?,
+                    last_turn_seq: counter(&row, "last_turn_seq")?,
+                    last_replica: col(&row, "last_replica")?,
+                    last_turn_at_ms: counter(&row, "last_turn_at_ms")?,
+                    turn_count: counter(&row, "turn_count")?,
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;

@@ -13,6 +13,7 @@ pub mod model;
 pub mod protocol;
 pub mod redis;
 pub mod redis_ledger;
+mod sql;
 pub mod sqlite;
 pub mod store;
 pub mod turn_record;
@@ -20,4 +21,6 @@ pub mod workspace;
 
 pub use ids::{InvalidId, ReplicaId, SessionId, SessionKey, TenantId};
 pub use model::*;
-pub use store::{SessionCatalog, StoreError, StoreResult, TurnStore};
+pub use store::{
+    MAX_PAYLOAD_BYTES, MAX_REPLY_BYTES, SessionCatalog, StoreError, StoreResult, TurnStore,
+};

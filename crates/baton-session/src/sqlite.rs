@@ -16,8 +16,8 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
 
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
@@ -27,6 +27,7 @@ use crate::model::{
 use crate::protocol::{
     BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,
 };
+use crate::sql::{col, counter, turn_record};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, page_size};
 use crate::turn_record;
 
@@ -40,7 +41,13 @@ pub struct SqliteStore {
 }
 
 fn db_error(e: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    match e {
+        // A column that does not hold what the schema says: corrupt data.
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+            StoreError::Corrupt(e.to_string())
+        }
+        _ => StoreError::Unavailable(e.to_string()),
+    }
 }
 
 fn now_us() -> u64 {
@@ -143,11 +150,11 @@ impl TurnStore for SqliteStore {
         .map_err(db_error)?;
         let (version, payload, workspace, fence, last) = match &state {
             Some(row) => (
-                uint(row.get("version")),
-                row.get::<Vec<u8>, _>("payload"),
-                row.get::<Option<String>, _>("workspace"),
-                uint(row.get("fence")),
-                uint(row.get("last_seq")),
+                counter(row, "version")?,
+                col::<_, Vec<u8>>(row, "payload")?,
+                col::<_, Option<String>>(row, "workspace")?,
+                counter(row, "fence")?,
+                counter(row, "last_seq")?,
             ),
             None => (0, Vec::new(), None, 0, 0),
         };
@@ -163,11 +170,16 @@ impl TurnStore for SqliteStore {
         .bind(s)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(db_error)?
-        .map(|row| LiveLease {
-            owner: row.get("owner"),
-            expires_in: Duration::from_millis(uint(row.get::<i64, _>("expires_at_ms") - now_ms)),
-        });
+        .map_err(db_error)?;
+        let held = match held {
+            Some(row) => Some(LiveLease {
+                owner: col(&row, "owner")?,
+                expires_in: Duration::from_millis(uint(
+                    col::<_, i64>(&row, "expires_at_ms")? - now_ms,
+                )),
+            }),
+            None => None,
+        };
 
         let counters = Counters {
             version,
@@ -193,8 +205,8 @@ impl TurnStore for SqliteStore {
                 return Ok(match stored {
                     Some(row) => BeginOutcome::Duplicate(TurnResult {
                         turn_seq,
-                        version: uint(row.get("version")),
-                        reply: Bytes::from(row.get::<Vec<u8>, _>("reply")),
+                        version: counter(&row, "version")?,
+                        reply: Bytes::from(col::<_, Vec<u8>>(&row, "reply")?),
                     }),
                     None => BeginOutcome::Stale {
                         last_turn_seq: last,
@@ -263,6 +275,7 @@ impl TurnStore for SqliteStore {
     }
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
+        crate::store::check_commit(req)?;
         let lease = &req.lease;
         let (t, s) = (lease.key.tenant.as_str(), lease.key.session.as_str());
         let now_ms = int(now_us() / 1000);
@@ -286,7 +299,10 @@ impl TurnStore for SqliteStore {
         .await
         .map_err(db_error)?
         .unwrap_or(0);
-        let held_fence = held.as_ref().map(|row| uint(row.get("fence")));
+        let held_fence = match &held {
+            Some(row) => Some(counter(row, "fence")?),
+            None => None,
+        };
         let new_version =
             match decide_commit(held_fence, lease.fence, uint(version), req.expected_version) {
                 CommitDecision::Write { new_version } => int(new_version),
@@ -296,7 +312,7 @@ impl TurnStore for SqliteStore {
                 }
             };
         let held = held.expect("the fence matched, so the lease exists");
-        let (owner, seq): (String, i64) = (held.get("owner"), held.get("turn_seq"));
+        let (owner, seq): (String, i64) = (col(&held, "owner")?, col(&held, "turn_seq")?);
 
         sqlx::query(
             "UPDATE session_state SET version = ?, payload = ?, workspace = ?, last_seq = ?, last_replica = ?,
@@ -439,31 +455,38 @@ impl TurnStore for SqliteStore {
         else {
             return Ok(None);
         };
-        let expired = row.get::<i64, _>("expires_at_ms") <= now_ms;
+        let expired = col::<_, i64>(&row, "expires_at_ms")? <= now_ms;
         let lease = sqlx::query("SELECT owner, fence, turn_seq, expires_at_ms FROM leases WHERE tenant = ? AND session = ? AND expires_at_ms > ?")
             .bind(t)
             .bind(s)
             .bind(now_ms)
             .fetch_optional(&self.pool)
             .await
-            .map_err(db_error)?
-            .map(|l| LeaseView {
-                owner: l.get("owner"),
-                fence: uint(l.get("fence")),
-                turn_seq: uint(l.get("turn_seq")),
-                expires_at_ms: uint(l.get("expires_at_ms")),
-            });
+            .map_err(db_error)?;
+        let lease = match lease {
+            Some(l) => Some(LeaseView {
+                owner: col(&l, "owner")?,
+                fence: counter(&l, "fence")?,
+                turn_seq: counter(&l, "turn_seq")?,
+                expires_at_ms: counter(&l, "expires_at_ms")?,
+            }),
+            None => None,
+        };
         if expired && lease.is_none() {
             return Ok(None);
         }
         Ok(Some(SessionView {
             key: key.clone(),
-            version: uint(row.get("version")),
-            fence: uint(row.get("fence")),
-            last_turn_seq: uint(row.get("last_seq")),
-            last_replica: row.get("last_replica"),
-            updated_at_ms: uint(row.get("updated_at_ms")),
-            workspace: if expired { None } else { row.get("workspace") },
+            version: counter(&row, "version")?,
+            fence: counter(&row, "fence")?,
+            last_turn_seq: counter(&row, "last_seq")?,
+            last_replica: col(&row, "last_replica")?,
+            updated_at_ms: counter(&row, "updated_at_ms")?,
+            workspace: if expired {
+                None
+            } else {
+                col(&row, "workspace")?
+            },
             lease,
         }))
     }
@@ -488,15 +511,15 @@ impl SessionCatalog for SqliteStore {
         .await
         .map_err(db_error)?;
         let mut sessions = rows
-            .iter()
+            .into_iter()
             .map(|row| {
                 Ok(SessionSummary {
-                    key: SessionKey::new(row.get("tenant"), row.get("session"))?,
-                    version: uint(row.get("version")),
-                    last_turn_seq: uint(row.get("last_seq")),
-                    last_replica: row.get("last_replica"),
-                    last_turn_at_ms: uint(row.get("updated_at_ms")),
-                    turn_count: uint(row.get("turns")),
+                    key: SessionKey::new(col(&row, "tenant")?, col(&row, "session")?)?,
+                    version: counter(&row, "version")?,
+                    last_turn_seq: counter(&row, "last_seq")?,
+                    last_replica: col(&row, "last_replica")?,
+                    last_turn_at_ms: counter(&row, "updated_at_ms")?,
+                    turn_count: counter(&row, "turns")?,
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;
@@ -513,22 +536,7 @@ impl SessionCatalog for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|row| TurnRecord {
-                tenant: row.get("tenant"),
-                session: row.get("session"),
-                turn_seq: uint(row.get("turn_seq")),
-                version: uint(row.get("version")),
-                replica: row.get("replica"),
-                fence: uint(row.get("fence")),
-                input_digest: row.get("input_digest"),
-                reply_digest: row.get("reply_digest"),
-                workspace: row.get("workspace"),
-                started_at_ms: uint(row.get("started_at_ms")),
-                committed_at_ms: uint(row.get("committed_at_ms")),
-            })
-            .collect())
+        rows.iter().map(turn_record).collect()
     }
 
     async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {
@@ -539,13 +547,14 @@ impl SessionCatalog for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|row| ReplicaView {
-                id: row.get("replica"),
-                last_seen_ms: uint(row.get("last_seen_ms")),
+        rows.into_iter()
+            .map(|row| {
+                Ok(ReplicaView {
+                    id: col(&row, "replica")?,
+                    last_seen_ms: counter(&row, "last_seen_ms")?,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -20,6 +20,13 @@ pub enum StoreError {
     Corrupt(String),
     #[error(transparent)]
     InvalidId(#[from] InvalidId),
+    /// Refused before touching any store.
+    #[error("{what} is {size} bytes; the limit is {limit}")]
+    TooLarge {
+        what: &'static str,
+        size: usize,
+        limit: usize,
+    },
 }
 
 impl StoreError {
@@ -29,6 +36,7 @@ impl StoreError {
             Self::Unavailable(_) => "unavailable",
             Self::Corrupt(_) => "corrupt",
             Self::InvalidId(_) => "invalid_id",
+            Self::TooLarge { .. } => "too_large",
         }
     }
 }
@@ -94,4 +102,31 @@ pub trait SessionCatalog: Send + Sync {
 /// The page size to use for `limit`: at least 1, at most [`crate::model::MAX_PAGE`].
 pub fn page_size(limit: u32) -> u32 {
     limit.clamp(1, crate::model::MAX_PAGE)
+}
+
+/// Largest session state payload.
+pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+/// Largest stored reply (kept for idempotent retries).
+pub const MAX_REPLY_BYTES: usize = 1024 * 1024;
+/// Longest workspace manifest reference.
+pub const MAX_WORKSPACE_REF_BYTES: usize = 1024;
+
+/// Checks a commit's sizes; every backend calls it before any store access.
+pub fn check_commit(req: &CommitRequest) -> StoreResult<()> {
+    let checks = [
+        ("the state payload", req.payload.len(), MAX_PAYLOAD_BYTES),
+        ("the reply", req.reply.len(), MAX_REPLY_BYTES),
+        (
+            "the workspace reference",
+            req.workspace.as_ref().map_or(0, String::len),
+            MAX_WORKSPACE_REF_BYTES,
+        ),
+        ("the input digest", req.input_digest.len(), 128),
+    ];
+    for (what, size, limit) in checks {
+        if size > limit {
+            return Err(StoreError::TooLarge { what, size, limit });
+        }
+    }
+    Ok(())
 }

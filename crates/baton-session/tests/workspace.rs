@@ -239,3 +239,65 @@ async fn an_unreachable_s3_fails_the_snapshot_cleanly() {
         started.elapsed()
     );
 }
+
+/// With S3 unreachable the turn fails before its commit: the replica aborts,
+/// the state and its version are as before, the lease is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_with_s3_unreachable_fails_cleanly() {
+    use baton_session::*;
+    let dir = tempfile::tempdir().unwrap();
+    let store = baton_session::sqlite::SqliteStore::open(&dir.path().join("baton.db"))
+        .await
+        .unwrap();
+    let replica = ReplicaId::new("a").unwrap();
+    store
+        .heartbeat(&replica, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let key = session("s3-down");
+    let begin = BeginRequest {
+        key: key.clone(),
+        replica: replica.clone(),
+        turn_seq: None,
+        cached_version: None,
+        lease_ttl: Duration::from_secs(60),
+        state_ttl: Duration::from_secs(3600),
+    };
+    let BeginOutcome::Granted { lease, state } = store.begin(&begin).await.unwrap() else {
+        panic!("not granted")
+    };
+
+    let closed = baton_testkit::free_port();
+    let workspaces =
+        WorkspaceStore::s3(&s3_config(format!("http://127.0.0.1:{closed}"), BUCKET)).unwrap();
+    let agent_dir = tempfile::tempdir().unwrap();
+    let base = workspaces
+        .materialize(state.workspace.as_deref(), agent_dir.path())
+        .await
+        .unwrap();
+    write(agent_dir.path(), "notes.md", "work that cannot be stored");
+    let stored = workspaces
+        .snapshot(
+            agent_dir.path(),
+            &base.manifest,
+            &key,
+            lease.version + 1,
+            lease.fence,
+        )
+        .await;
+    assert!(matches!(stored, Err(WorkspaceError::Store(_))));
+
+    assert!(
+        store.abort(&lease).await.unwrap(),
+        "the replica releases the lease"
+    );
+    let view = store.session(&key).await.unwrap().unwrap();
+    assert_eq!((view.version, view.workspace, view.lease), (0, None, None));
+    assert!(
+        matches!(
+            store.begin(&begin).await.unwrap(),
+            BeginOutcome::Granted { .. }
+        ),
+        "the session is free at once"
+    );
+}

@@ -11,6 +11,11 @@ local state, lease, results = KEYS[1], KEYS[2], KEYS[3]
 local function int(x) return string.format('%.0f', x) end
 
 local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'payload', 'ws')
+-- Counters that are present but not numbers mean corrupt data: refuse, never
+-- read them as 0 and overwrite.
+for i, field in ipairs({'version', 'fence', 'seq'}) do
+  if s[i] and not tonumber(s[i]) then return {'CORRUPT', field} end
+end
 local version = tonumber(s[1]) or 0
 local fence = tonumber(s[2]) or 0
 local last = tonumber(s[3]) or 0

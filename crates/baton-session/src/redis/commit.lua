@@ -11,7 +11,9 @@ local function int(x) return string.format('%.0f', x) end
 local held = redis.call('HMGET', lease, 'fence', 'seq', 'owner')
 if held[1] ~= ARGV[1] then return {'LEASE_LOST'} end
 
-local version = tonumber(redis.call('HGET', state, 'version')) or 0
+local stored = redis.call('HGET', state, 'version')
+if stored and not tonumber(stored) then return {'CORRUPT', 'version'} end
+local version = tonumber(stored) or 0
 if version ~= tonumber(ARGV[2]) then return {'CONFLICT', int(version)} end
 
 local t = redis.call('TIME')

@@ -240,6 +240,11 @@ impl RedisStore {
         );
         let outcome = match reply.text(0)?.as_str() {
             "MISSING" => return Ok(RawBegin::Missing),
+            "CORRUPT" => Err(corrupt(format!(
+                "{}: field {} is not a number",
+                req.key,
+                reply.text(1)?
+            ))),
             "GRANTED" => {
                 let version = reply.num(3)?;
                 let workspace = reply.text(5)?;
@@ -467,6 +472,7 @@ impl TurnStore for RedisStore {
     }
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
+        crate::store::check_commit(req)?;
         let keys = SessionKeys::new(&req.lease.key);
         let record = turn_record::draft_json(req)?;
         let mut invocation = self.scripts.commit.prepare_invoke();
@@ -497,6 +503,11 @@ impl TurnStore for RedisStore {
             "CONFLICT" => Ok(CommitOutcome::Conflict {
                 current_version: reply.num(1)?,
             }),
+            "CORRUPT" => Err(corrupt(format!(
+                "{}: field {} is not a number",
+                req.lease.key,
+                reply.text(1)?
+            ))),
             other => Err(corrupt(format!("commit answered {other:?}"))),
         }
     }

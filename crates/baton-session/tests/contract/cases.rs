@@ -629,3 +629,41 @@ pub async fn replicas_are_listed_while_they_heartbeat<S: TurnStore + SessionCata
     )
     .await;
 }
+
+// --- bad input ---
+
+pub async fn oversized_commits_are_refused_and_nothing_is_overwritten<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("big");
+    turn(&store, &k, &a, "small").await;
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let huge = CommitRequest {
+        payload: Bytes::from(vec![b'x'; MAX_PAYLOAD_BYTES + 1]),
+        ..commit_req(&lease, "", "r")
+    };
+    match store.commit(&huge).await {
+        Err(StoreError::TooLarge { what, limit, .. }) => {
+            assert_eq!((what, limit), ("the state payload", MAX_PAYLOAD_BYTES))
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let long_reply = CommitRequest {
+        reply: Bytes::from(vec![b'x'; MAX_REPLY_BYTES + 1]),
+        ..commit_req(&lease, "ok", "")
+    };
+    assert!(matches!(
+        store.commit(&long_reply).await,
+        Err(StoreError::TooLarge {
+            what: "the reply",
+            ..
+        })
+    ));
+    // Nothing was written and the lease still holds: the turn can finish properly.
+    assert_eq!(
+        store
+            .commit(&commit_req(&lease, "fine", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::Committed { version: 2 }
+    );
+}

@@ -40,6 +40,7 @@ macro_rules! contract_suite {
             case!(state_expires_after_its_ttl);
             case!(tenants_are_separate);
             case!(workspace_refs_travel_with_the_state);
+            case!(oversized_commits_are_refused_and_nothing_is_overwritten);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn results_older_than_the_window_are_stale() {

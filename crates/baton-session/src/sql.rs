@@ -1,0 +1,54 @@
+//! Reading columns without panicking: a value that does not decode as the
+//! schema says is corrupt data, reported as [`StoreError::Corrupt`], never a
+//! panic and never read as a default.
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::model::TurnRecord;
+use crate::store::{StoreError, StoreResult};
+
+pub(crate) fn col<'r, R, T>(row: &'r R, name: &str) -> StoreResult<T>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    T: Decode<'r, R::Database> + Type<R::Database>,
+{
+    row.try_get(name)
+        .map_err(|e| StoreError::Corrupt(format!("column {name}: {e}")))
+}
+
+/// A counter column: an `i64` that must not be negative.
+pub(crate) fn counter<R>(row: &R, name: &str) -> StoreResult<u64>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let value: i64 = col(row, name)?;
+    u64::try_from(value)
+        .map_err(|_| StoreError::Corrupt(format!("column {name}: {value} is negative")))
+}
+
+/// A `turns` row (the same columns in SQLite and in the Postgres ledger).
+pub(crate) fn turn_record<R>(row: &R) -> StoreResult<TurnRecord>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(TurnRecord {
+        tenant: col(row, "tenant")?,
+        session: col(row, "session")?,
+        turn_seq: counter(row, "turn_seq")?,
+        version: counter(row, "version")?,
+        replica: col(row, "replica")?,
+        fence: counter(row, "fence")?,
+        input_digest: col(row, "input_digest")?,
+        reply_digest: col(row, "reply_digest")?,
+        workspace: col(row, "workspace")?,
+        started_at_ms: counter(row, "started_at_ms")?,
+        committed_at_ms: counter(row, "committed_at_ms")?,
+    })
+}
