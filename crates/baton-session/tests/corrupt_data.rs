@@ -25,7 +25,8 @@ async fn redis_refuses_corrupt_counters_without_overwriting_them() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let state = baton_session::redis::SessionKeys::new(&k).state;
+    let keys = baton_session::redis::SessionKeys::new(&k);
+    let state = keys.state.clone();
     let () = ::redis::cmd("HSET")
         .arg(&state)
         .arg("version")
@@ -56,9 +57,8 @@ async fn redis_refuses_corrupt_counters_without_overwriting_them() {
         store.begin(&begin_req(&k, &a, None)).await,
         Err(StoreError::Corrupt(_))
     ));
-    let left: String = ::redis::cmd("HGET")
-        .arg(&state)
-        .arg("payload")
+    let left: String = ::redis::cmd("GET")
+        .arg(&keys.payload)
         .query_async(&mut admin)
         .await
         .unwrap();

@@ -1,7 +1,12 @@
 -- The rules of protocol::decide_begin (src/protocol.rs), in Lua: Redis runs no Rust.
 -- Begin a turn in one round trip.
--- KEYS: 1 state (hash), 2 lease (hash), 3 results (hash turnSeq -> result)
--- ARGV: 1 replica, 2 turnSeq or "", 3 cached version or "", 4 lease TTL ms,
+-- KEYS: 1 state (hash), 2 lease (string "fence:turnSeq:version:owner"),
+--       3 results (hash turnSeq -> result)
+-- The payload is not read here: it lives in its own key, which the caller
+-- GETs in the same pipeline (same round trip). Bulk data through Lua costs
+-- more than the rest of the script; while the grant holds, nobody else can
+-- commit, so what the GET reads is the granted version's payload.
+-- ARGV: 1 replica, 2 turnSeq or "", 3 (unused), 4 lease TTL ms,
 --       5 state TTL ms, 6 dead owner or "", 7 dead owner's fence or "",
 --       8 "create" to start a session that has no state, "report" to answer
 --       MISSING instead (the caller then asks the ledger whether it was lost)
@@ -10,7 +15,7 @@
 local state, lease, results = KEYS[1], KEYS[2], KEYS[3]
 local function int(x) return string.format('%.0f', x) end
 
-local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'payload', 'ws')
+local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws')
 -- Counters that are present but not numbers mean corrupt data: refuse, never
 -- read them as 0 and overwrite.
 for i, field in ipairs({'version', 'fence', 'seq'}) do
@@ -29,9 +34,12 @@ if seq and seq <= last then
   return {'STALE', int(last)}
 end
 
-local held = redis.call('HMGET', lease, 'owner', 'fence')
-if held[1] and not (ARGV[6] ~= '' and held[1] == ARGV[6] and held[2] == ARGV[7]) then
-  return {'BUSY', held[1], redis.call('PTTL', lease), held[2]}
+local held = redis.call('GET', lease)
+if held then
+  local held_fence, _, _, owner = string.match(held, '^(%d+):(%d+):(%d+):(.+)$')
+  if not (ARGV[6] ~= '' and owner == ARGV[6] and held_fence == ARGV[7]) then
+    return {'BUSY', owner or '?', redis.call('PTTL', lease), held_fence or '0'}
+  end
 end
 
 seq = seq or (last + 1)
@@ -44,11 +52,8 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 fence = math.max(fence + 1, now_us)
 
 redis.call('HSET', state, 'fence', int(fence))
-if redis.call('PTTL', state) < 0 then redis.call('PEXPIRE', state, ARGV[5]) end
-redis.call('DEL', lease)
-redis.call('HSET', lease, 'owner', ARGV[1], 'fence', int(fence), 'seq', int(seq), 'version', int(version))
-redis.call('PEXPIRE', lease, ARGV[4])
+-- A session created by this grant lives stateTtl unless a commit extends it.
+if not s[2] then redis.call('PEXPIRE', state, ARGV[5]) end
+redis.call('SET', lease, int(fence) .. ':' .. int(seq) .. ':' .. int(version) .. ':' .. ARGV[1], 'PX', ARGV[4])
 
-local payload = s[4] or ''
-if ARGV[3] ~= '' and tonumber(ARGV[3]) == version then payload = false end
-return {'GRANTED', int(fence), int(seq), int(version), payload, s[5] or ''}
+return {'GRANTED', int(fence), int(seq), int(version), s[4] or ''}

@@ -36,9 +36,11 @@ pub const RESULTS_RETAINED: u64 = 1024;
 #[derive(Clone, Debug)]
 pub struct SessionKeys {
     pub state: String,
+    pub payload: String,
     pub lease: String,
     pub results: String,
     pub log: String,
+    tag: String,
 }
 
 impl SessionKeys {
@@ -47,12 +49,23 @@ impl SessionKeys {
         let tag = format!("baton:{{{}:{}}}", key.tenant, key.session);
         Self {
             state: format!("{tag}:state"),
+            payload: format!("{tag}:payload"),
             lease: format!("{tag}:lease"),
             results: format!("{tag}:results"),
             log: format!("{tag}:log"),
+            tag,
         }
     }
+
+    /// Where a commit under `fence` stages its payload before `commit.lua`
+    /// renames it into place.
+    pub fn staged(&self, fence: u64) -> String {
+        format!("{}:staged:{fence}", self.tag)
+    }
 }
+
+/// How long a staged payload outlives a commit that never ran.
+const STAGED_TTL_MS: u64 = 60_000;
 
 fn heartbeat_key(replica: &str) -> String {
     format!("baton:hb:{replica}")
@@ -116,16 +129,32 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// State hash, lease hash, lease PTTL and Redis's clock, read in one pipeline.
-type SessionReadout = (
-    HashMap<String, Vec<u8>>,
-    HashMap<String, String>,
-    i64,
-    (u64, u64),
-);
+/// State hash, lease, lease PTTL and Redis's clock, read in one pipeline.
+type SessionReadout = (HashMap<String, Vec<u8>>, Option<String>, i64, (u64, u64));
 
-/// A session's unshipped log records and its state (version, payload, workspace).
-type ShipReadout = (Vec<String>, (Option<u64>, Option<Vec<u8>>, Option<String>));
+/// The lease as stored: one string `fence:turnSeq:version:owner`, so a grant
+/// is one SET with PX and a release one DEL.
+struct StoredLease<'a> {
+    fence: u64,
+    turn_seq: u64,
+    owner: &'a str,
+}
+
+impl<'a> StoredLease<'a> {
+    fn parse(text: &'a str) -> Option<Self> {
+        let mut parts = text.splitn(4, ':');
+        let fence = parts.next()?.parse().ok()?;
+        let turn_seq = parts.next()?.parse().ok()?;
+        let _version = parts.next()?;
+        Some(Self {
+            fence,
+            turn_seq,
+            owner: parts.next()?,
+        })
+    }
+}
+
+type ShipReadout = (Vec<String>, (Option<u64>, Option<String>), Option<Vec<u8>>);
 
 /// Reads the script replies: arrays of bulk strings and integers.
 struct Reply(Vec<Value>);
@@ -232,12 +261,22 @@ impl RedisStore {
                 OnMissing::Create => "create",
                 OnMissing::Report => "report",
             });
-        let reply = Reply(
-            invocation
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(unavailable)?,
-        );
+        // Without a cached version the payload is fetched in the same round
+        // trip; with one, only on a cache miss (a third round trip then).
+        let fetch_payload = req.cached_version.is_none();
+        let mut results: Vec<Value> = self
+            .with_script(&self.scripts.begin, |pipe| {
+                pipe.invoke_script(&invocation);
+                if fetch_payload {
+                    pipe.get(&keys.payload);
+                }
+            })
+            .await?;
+        let prefetched = if fetch_payload { results.pop() } else { None };
+        let reply = match results.pop() {
+            Some(Value::Array(values)) => Reply(values),
+            other => return Err(corrupt(format!("begin answered {other:?}"))),
+        };
         let outcome = match reply.text(0)?.as_str() {
             "MISSING" => return Ok(RawBegin::Missing),
             "CORRUPT" => Err(corrupt(format!(
@@ -247,7 +286,22 @@ impl RedisStore {
             ))),
             "GRANTED" => {
                 let version = reply.num(3)?;
-                let workspace = reply.text(5)?;
+                let workspace = reply.text(4)?;
+                let payload = match (prefetched, req.cached_version) {
+                    (_, Some(cached)) if cached == version => None,
+                    (Some(Value::BulkString(bytes)), _) => Some(Bytes::from(bytes)),
+                    (Some(Value::Nil), _) => Some(Bytes::new()),
+                    (Some(other), _) => return Err(corrupt(format!("payload is {other:?}"))),
+                    (None, _) => {
+                        let bytes: Option<Vec<u8>> = self
+                            .conn
+                            .clone()
+                            .get(&keys.payload)
+                            .await
+                            .map_err(unavailable)?;
+                        Some(Bytes::from(bytes.unwrap_or_default()))
+                    }
+                };
                 Ok(BeginOutcome::Granted {
                     lease: Lease {
                         key: req.key.clone(),
@@ -258,11 +312,7 @@ impl RedisStore {
                     },
                     state: SessionState {
                         version,
-                        payload: match reply.0.get(4) {
-                            // Lua false arrives as nil: the caller's cache is current.
-                            Some(Value::Nil) => None,
-                            _ => Some(reply.bytes(4)?.unwrap_or_default()),
-                        },
+                        payload,
                         workspace: (!workspace.is_empty()).then_some(workspace),
                     },
                 })
@@ -290,6 +340,31 @@ impl RedisStore {
             other => Err(corrupt(format!("begin answered {other:?}"))),
         };
         outcome.map(RawBegin::Outcome)
+    }
+
+    /// Runs a pipeline holding one script call; if Redis lost its script
+    /// cache (NOSCRIPT, after a restart), loads the script and runs the
+    /// pipeline again. The failed call ran nothing, and the pipelines' other
+    /// commands are safe to repeat.
+    async fn with_script<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        build: impl Fn(&mut redis::Pipeline),
+    ) -> StoreResult<T> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        build(&mut pipe);
+        match pipe.query_async(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                script
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(unavailable)?;
+                pipe.query_async(&mut conn).await.map_err(unavailable)
+            }
+            other => other.map_err(unavailable),
+        }
     }
 
     /// `begin.lua`, plus the failover path: a holder whose heartbeat is gone
@@ -327,6 +402,7 @@ impl RedisStore {
             .scripts
             .restore
             .key(&keys.state)
+            .key(&keys.payload)
             .arg(copy.version.to_string())
             .arg(copy.payload.as_ref())
             .arg(copy.workspace.clone().unwrap_or_default())
@@ -350,9 +426,12 @@ impl RedisStore {
     ) -> StoreResult<crate::ledger::ShipBatch> {
         let keys = SessionKeys::new(key);
         let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
-        let (raw, (version, payload, workspace)): ShipReadout = redis::pipe()
+        // MULTI/EXEC: version and payload read at one instant.
+        let (raw, (version, workspace), payload): ShipReadout = redis::pipe()
+            .atomic()
             .lrange(&keys.log, 0, end)
-            .hmget(&keys.state, &["version", "payload", "ws"])
+            .hmget(&keys.state, &["version", "ws"])
+            .get(&keys.payload)
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -429,13 +508,16 @@ impl RedisStore {
     }
 
     async fn lease_fence(&self, key: &SessionKey) -> StoreResult<Option<u64>> {
-        let fence: Option<String> = self
+        let held: Option<String> = self
             .conn
             .clone()
-            .hget(SessionKeys::new(key).lease, "fence")
+            .get(SessionKeys::new(key).lease)
             .await
             .map_err(unavailable)?;
-        Ok(fence.and_then(|f| f.parse().ok()))
+        Ok(held
+            .as_deref()
+            .and_then(StoredLease::parse)
+            .map(|l| l.fence))
     }
 
     async fn is_alive(&self, replica: &str) -> StoreResult<bool> {
@@ -476,25 +558,31 @@ impl TurnStore for RedisStore {
         let keys = SessionKeys::new(&req.lease.key);
         let record = turn_record::draft_json(req)?;
         let mut invocation = self.scripts.commit.prepare_invoke();
+        let staged = keys.staged(req.lease.fence);
         invocation
             .key(&keys.state)
             .key(&keys.lease)
             .key(&keys.results)
             .key(&keys.log)
+            .key(&keys.payload)
+            .key(&staged)
             .arg(req.lease.fence.to_string())
             .arg(req.expected_version.to_string())
-            .arg(req.payload.as_ref())
+            .arg("")
             .arg(req.workspace.clone().unwrap_or_default())
             .arg(req.reply.as_ref())
             .arg(millis(req.state_ttl))
             .arg(record)
             .arg(RESULTS_RETAINED);
-        let reply = Reply(
-            invocation
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(unavailable)?,
-        );
+        // Stage the payload with a plain SET and commit in the same round
+        // trip: the bulk data never passes through Lua.
+        let ((), reply): ((), Vec<Value>) = self
+            .with_script(&self.scripts.commit, |pipe| {
+                pipe.pset_ex(&staged, req.payload.as_ref(), STAGED_TTL_MS)
+                    .invoke_script(&invocation);
+            })
+            .await?;
+        let reply = Reply(reply);
         match reply.text(0)?.as_str() {
             "COMMITTED" => Ok(CommitOutcome::Committed {
                 version: reply.num(1)?,
@@ -507,6 +595,10 @@ impl TurnStore for RedisStore {
                 "{}: field {} is not a number",
                 req.lease.key,
                 reply.text(1)?
+            ))),
+            "NOT_STAGED" => Err(StoreError::Unavailable(format!(
+                "{}: the staged payload vanished before the commit (Redis restarted?)",
+                req.lease.key
             ))),
             other => Err(corrupt(format!("commit answered {other:?}"))),
         }
@@ -554,7 +646,7 @@ impl TurnStore for RedisStore {
         let keys = SessionKeys::new(key);
         let (state, lease, lease_pttl, now): SessionReadout = redis::pipe()
             .hgetall(&keys.state)
-            .hgetall(&keys.lease)
+            .get(&keys.lease)
             .pttl(&keys.lease)
             .cmd("TIME")
             .query_async(&mut self.conn.clone())
@@ -570,11 +662,11 @@ impl TurnStore for RedisStore {
         };
         let num = |f: &str| text(f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let now_ms = now.0 * 1000 + now.1 / 1000;
-        let lease = match (lease.get("owner"), lease_pttl) {
-            (Some(owner), pttl) if pttl >= 0 => Some(LeaseView {
-                owner: owner.clone(),
-                fence: lease.get("fence").and_then(|f| f.parse().ok()).unwrap_or(0),
-                turn_seq: lease.get("seq").and_then(|f| f.parse().ok()).unwrap_or(0),
+        let lease = match (lease.as_deref().and_then(StoredLease::parse), lease_pttl) {
+            (Some(held), pttl) if pttl >= 0 => Some(LeaseView {
+                owner: held.owner.to_owned(),
+                fence: held.fence,
+                turn_seq: held.turn_seq,
                 expires_at_ms: now_ms + pttl.unsigned_abs(),
             }),
             _ => None,

@@ -1,6 +1,6 @@
 -- Restore a session the coordination store lost, from the ledger's durable
 -- copy, unless someone restored (or started) it meanwhile.
--- KEYS: 1 state. ARGV: 1 version, 2 payload, 3 workspace ref or "",
+-- KEYS: 1 state, 2 payload. ARGV: 1 version, 2 payload, 3 workspace ref or "",
 --       4 turnSeq, 5 highest fence the ledger saw, 6 last replica,
 --       7 updated at ms, 8 state TTL ms
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -9,7 +9,9 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- Above every fence granted before the loss: the ledger's highest, and the
 -- clock (fences never lag it, see begin.lua).
 local fence = math.max(tonumber(ARGV[5]) + 1, now_us)
-redis.call('HSET', KEYS[1], 'version', ARGV[1], 'payload', ARGV[2], 'ws', ARGV[3], 'seq', ARGV[4],
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'ws', ARGV[3], 'seq', ARGV[4],
   'fence', string.format('%.0f', fence), 'replica', ARGV[6], 'updated', ARGV[7])
+redis.call('SET', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
+redis.call('PEXPIRE', KEYS[2], ARGV[8])
 return 1

@@ -1,6 +1,7 @@
 -- Takeover: drop any lease and bump the fence. KEYS: 1 state, 2 lease.
 -- Returns the revoked owner, or false.
-local owner = redis.call('HGET', KEYS[2], 'owner')
+local held = redis.call('GET', KEYS[2])
+local owner = held and string.match(held, '^%d+:%d+:%d+:(.+)$') or false
 redis.call('DEL', KEYS[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local t = redis.call('TIME')
