@@ -9,8 +9,8 @@ use bytes::Bytes;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::ids::SessionKey;
-use crate::model::{ListQuery, SessionPage, SessionSummary, TurnRecord};
-use crate::sql::{col, counter, turn_record};
+use crate::model::{ListQuery, SessionPage, TurnRecord};
+use crate::sql::{col, counter, session_summary, turn_record};
 use crate::store::{StoreError, StoreResult, page_size};
 
 /// The state of a session at one version, kept in Postgres.
@@ -208,19 +208,10 @@ impl PostgresLedger {
         .await
         .map_err(db_error)?;
         let mut sessions = rows
-            .into_iter()
-            .map(|row| {
-                Ok(SessionSummary {
-                    key: SessionKey::new(col(&row, "tenant")?, col(&row, "session")?)?,
-                    version: counter(&row, "last_version")?,
-                    last_turn_seq: counter(&row, "last_turn_seq")?,
-                    last_replica: col(&row, "last_replica")?,
-                    last_turn_at_ms: counter(&row, "last_turn_at_ms")?,
-                    turn_count: counter(&row, "turn_count")?,
-                })
-            })
+            .iter()
+            .map(session_summary)
             .collect::<StoreResult<Vec<_>>>()?;
-        Ok(crate::sqlite::page(&mut sessions, limit))
+        Ok(crate::store::page(&mut sessions, limit))
     }
 
     /// How many turn rows the ledger holds for `key` (tests and the dashboard).

@@ -4,7 +4,8 @@
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
-use crate::model::TurnRecord;
+use crate::ids::SessionKey;
+use crate::model::{SessionSummary, TurnRecord};
 use crate::store::{StoreError, StoreResult};
 
 pub(crate) fn col<'r, R, T>(row: &'r R, name: &str) -> StoreResult<T>
@@ -50,5 +51,29 @@ where
         workspace: col(row, "workspace")?,
         started_at_ms: counter(row, "started_at_ms")?,
         committed_at_ms: counter(row, "committed_at_ms")?,
+    })
+}
+
+/// A session-list row: `tenant, session, last_version, last_turn_seq,
+/// last_replica, last_turn_at_ms, turn_count` (the SQLite query aliases its
+/// columns to these names).
+pub(crate) fn session_summary<R>(row: &R) -> StoreResult<SessionSummary>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(SessionSummary {
+        key: SessionKey::new(
+            &col::<_, String>(row, "tenant")?,
+            &col::<_, String>(row, "session")?,
+        )?,
+        version: counter(row, "last_version")?,
+        last_turn_seq: counter(row, "last_turn_seq")?,
+        last_replica: col(row, "last_replica")?,
+        last_turn_at_ms: counter(row, "last_turn_at_ms")?,
+        turn_count: counter(row, "turn_count")?,
     })
 }

@@ -22,12 +22,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, ListQuery,
-    ReplicaView, SessionPage, SessionState, SessionSummary, SessionView, TurnRecord, TurnResult,
+    ReplicaView, SessionPage, SessionState, SessionView, TurnRecord, TurnResult,
 };
 use crate::protocol::{
     BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,
 };
-use crate::sql::{col, counter, turn_record};
+use crate::sql::{col, counter, session_summary, turn_record};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, page_size};
 use crate::turn_record;
 
@@ -496,7 +496,8 @@ impl SessionCatalog for SqliteStore {
     async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionPage> {
         let limit = page_size(query.limit);
         let rows = sqlx::query(
-            "SELECT tenant, session, version, last_seq, last_replica, updated_at_ms, turns FROM session_state
+            "SELECT tenant, session, version AS last_version, last_seq AS last_turn_seq, last_replica,
+               updated_at_ms AS last_turn_at_ms, turns AS turn_count FROM session_state
              WHERE (?1 IS NULL OR tenant = ?1)
                AND (?2 IS NULL OR substr(session, 1, length(?2)) = ?2)
                AND (?3 IS NULL OR (tenant, session) > (?3, ?4))
@@ -511,19 +512,10 @@ impl SessionCatalog for SqliteStore {
         .await
         .map_err(db_error)?;
         let mut sessions = rows
-            .into_iter()
-            .map(|row| {
-                Ok(SessionSummary {
-                    key: SessionKey::new(col(&row, "tenant")?, col(&row, "session")?)?,
-                    version: counter(&row, "version")?,
-                    last_turn_seq: counter(&row, "last_seq")?,
-                    last_replica: col(&row, "last_replica")?,
-                    last_turn_at_ms: counter(&row, "updated_at_ms")?,
-                    turn_count: counter(&row, "turns")?,
-                })
-            })
+            .iter()
+            .map(session_summary)
             .collect::<StoreResult<Vec<_>>>()?;
-        Ok(page(&mut sessions, limit))
+        Ok(crate::store::page(&mut sessions, limit))
     }
 
     async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
@@ -555,19 +547,5 @@ impl SessionCatalog for SqliteStore {
                 })
             })
             .collect()
-    }
-}
-
-/// Cuts a `limit + 1` fetch down to a page and its continuation key.
-pub(crate) fn page(sessions: &mut Vec<SessionSummary>, limit: u32) -> SessionPage {
-    let more = sessions.len() > limit as usize;
-    sessions.truncate(limit as usize);
-    SessionPage {
-        next: if more {
-            sessions.last().map(|s| s.key.clone())
-        } else {
-            None
-        },
-        sessions: std::mem::take(sessions),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::ids::{InvalidId, ReplicaId, SessionKey};
 use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ListQuery, ReplicaView,
-    SessionPage, SessionView, TurnRecord,
+    SessionPage, SessionSummary, SessionView, TurnRecord,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -129,4 +129,18 @@ pub fn check_commit(req: &CommitRequest) -> StoreResult<()> {
         }
     }
     Ok(())
+}
+
+/// Cuts a `limit + 1` fetch down to a page and its continuation key.
+pub(crate) fn page(sessions: &mut Vec<SessionSummary>, limit: u32) -> SessionPage {
+    let more = sessions.len() > limit as usize;
+    sessions.truncate(limit as usize);
+    SessionPage {
+        next: if more {
+            sessions.last().map(|s| s.key.clone())
+        } else {
+            None
+        },
+        sessions: std::mem::take(sessions),
+    }
 }
