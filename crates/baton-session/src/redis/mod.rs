@@ -3,9 +3,11 @@
 //! Every protocol step is one Lua script over the keys of one session, which
 //! share a hash tag (`baton:{tenant:session}:…`) so each script touches one
 //! Redis Cluster slot. An uncontended turn is two round trips: `begin.lua`
-//! and `commit.lua`. Scripts are sent by SHA and re-sent whole when Redis
-//! answers NOSCRIPT (after a restart); the `redis` crate's `Script` does that,
-//! so NOSCRIPT never surfaces as an outcome.
+//! pipelined with a GET of the payload, then a PSETEX staging the new payload
+//! pipelined with `commit.lua`, which renames it into place. The payload
+//! never passes through Lua, where bulk strings are expensive. Scripts are
+//! sent by SHA and loaded when Redis answers NOSCRIPT (after a restart), then
+//! the pipeline runs again: NOSCRIPT never surfaces as an outcome.
 //!
 //! Replica liveness lives in `baton:hb:<replica>` keys with a short TTL. They
 //! sit on other slots, so `begin.lua` cannot read them: when it answers BUSY,
