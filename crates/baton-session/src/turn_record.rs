@@ -3,7 +3,6 @@
 use sha2::{Digest, Sha256};
 
 use crate::model::{CommitRequest, TurnRecord};
-use crate::store::{StoreError, StoreResult};
 
 /// Hex SHA-256, for input and reply digests.
 pub fn digest(bytes: &[u8]) -> String {
@@ -29,17 +28,6 @@ pub fn record(req: &CommitRequest, committed_at_ms: u64) -> TurnRecord {
         started_at_ms: req.started_at_ms,
         committed_at_ms,
     }
-}
-
-/// The record as JSON without `committed_at_ms`, which the store adds from
-/// its own clock at commit time.
-pub fn draft_json(req: &CommitRequest) -> StoreResult<String> {
-    let mut value =
-        serde_json::to_value(record(req, 0)).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    if let Some(fields) = value.as_object_mut() {
-        fields.remove("committed_at_ms");
-    }
-    Ok(value.to_string())
 }
 
 /// Wall-clock milliseconds since the Unix epoch.

@@ -13,7 +13,6 @@
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
 local state, lease, results = KEYS[1], KEYS[2], KEYS[3]
-local function int(x) return string.format('%.0f', x) end
 
 local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws')
 -- Counters that are present but not numbers mean corrupt data: refuse, never
@@ -31,7 +30,7 @@ local seq = tonumber(ARGV[2])
 if seq and seq <= last then
   local stored = redis.call('HGET', results, ARGV[2])
   if stored then return {'DUPLICATE', stored} end
-  return {'STALE', int(last)}
+  return {'STALE', last}
 end
 
 local held = redis.call('GET', lease)
@@ -43,7 +42,7 @@ if held then
 end
 
 seq = seq or (last + 1)
-if seq > last + 1 then return {'GAP', int(last + 1)} end
+if seq > last + 1 then return {'GAP', last + 1} end
 
 -- Fences grow by at least one and never lag the clock (in microseconds), so
 -- they stay monotonic even after the state was lost and restored.
@@ -51,9 +50,11 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 fence = math.max(fence + 1, now_us)
 
-redis.call('HSET', state, 'fence', int(fence))
+-- Numbers go to redis.call and back as integers, exactly (fences are below
+-- 2^53); only the lease string needs formatting.
+redis.call('HSET', state, 'fence', fence)
 -- A session created by this grant lives stateTtl unless a commit extends it.
 if not s[2] then redis.call('PEXPIRE', state, ARGV[5]) end
-redis.call('SET', lease, int(fence) .. ':' .. int(seq) .. ':' .. int(version) .. ':' .. ARGV[1], 'PX', ARGV[4])
+redis.call('SET', lease, string.format('%d', fence) .. ':' .. seq .. ':' .. version .. ':' .. ARGV[1], 'PX', ARGV[4])
 
-return {'GRANTED', int(fence), int(seq), int(version), s[4] or ''}
+return {'GRANTED', fence, seq, version, s[4] or ''}

@@ -558,7 +558,16 @@ impl TurnStore for RedisStore {
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
         crate::store::check_commit(req)?;
         let keys = SessionKeys::new(&req.lease.key);
-        let record = turn_record::draft_json(req)?;
+        // Everything the script would otherwise compute in Lua is computed
+        // here; the commit time is this replica's clock.
+        let now_ms = turn_record::now_ms();
+        let record = serde_json::to_string(&turn_record::record(req, now_ms))
+            .map_err(|e| corrupt(format!("turn record: {e}")))?;
+        let new_version = req.expected_version + 1;
+        let turn_seq = req.lease.turn_seq;
+        let mut result = format!("{new_version}\n").into_bytes();
+        result.extend_from_slice(&req.reply);
+        let leaving_window = turn_seq.checked_sub(RESULTS_RETAINED).filter(|s| *s > 0);
         let mut invocation = self.scripts.commit.prepare_invoke();
         let staged = keys.staged(req.lease.fence);
         invocation
@@ -570,12 +579,14 @@ impl TurnStore for RedisStore {
             .key(&staged)
             .arg(req.lease.fence.to_string())
             .arg(req.expected_version.to_string())
-            .arg("")
+            .arg(new_version.to_string())
             .arg(req.workspace.clone().unwrap_or_default())
-            .arg(req.reply.as_ref())
+            .arg(result)
             .arg(millis(req.state_ttl))
             .arg(record)
-            .arg(RESULTS_RETAINED);
+            .arg(leaving_window.map(|s| s.to_string()).unwrap_or_default())
+            .arg(now_ms.to_string())
+            .arg(turn_seq.to_string());
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua.
         let ((), reply): ((), Vec<Value>) = self
