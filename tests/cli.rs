@@ -353,3 +353,54 @@ fn yaml_bombs_do_not_blow_up() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_reference_agent_serves_the_agent_contract() {
+    use std::io::{BufRead, BufReader, Read};
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["agent", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(agent.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let address = first
+        .trim()
+        .strip_prefix("baton agent listening on http://")
+        .expect(&first)
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let body = serde_json::json!({
+        "session": "s-1", "tenant": "acme", "turnSeq": 1, "input": "我叫小林",
+        "state": null, "workspaceDir": dir.path(),
+    })
+    .to_string();
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "POST /v1/turn HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("你好，小林！"), "{response}");
+    assert!(
+        std::fs::read_to_string(dir.path().join("notes.md"))
+            .unwrap()
+            .contains("我叫小林")
+    );
+
+    let out = baton(&["agent", "--failure-rate", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("must be between 0.0 and 1.0"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -43,6 +43,32 @@ enum Command {
         #[arg(long, env = "BATON_CREDENTIALS_FILE")]
         credentials: Option<PathBuf>,
     },
+    /// Run the reference agent (deterministic, offline) on the agent contract.
+    Agent {
+        /// Address to listen on; port 0 picks a free one (printed at start).
+        #[arg(long, env = "BATON_AGENT_LISTEN", default_value = "127.0.0.1:8081")]
+        listen: std::net::SocketAddr,
+        /// Extra time every turn takes, in milliseconds.
+        #[arg(long, env = "BATON_AGENT_DELAY_MS", default_value_t = 0)]
+        delay_ms: u64,
+        /// Share of turns that fail, 0.0 to 1.0.
+        #[arg(long, env = "BATON_AGENT_FAILURE_RATE", default_value_t = 0.0, value_parser = failure_rate)]
+        failure_rate: f64,
+        /// Seed of the failure draws, so a run can be replayed.
+        #[arg(long, env = "BATON_AGENT_SEED", default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+fn failure_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if (0.0..=1.0).contains(&rate) {
+        Ok(rate)
+    } else {
+        Err(format!("{rate} must be between 0.0 and 1.0"))
+    }
 }
 
 fn main() -> ExitCode {
@@ -53,6 +79,19 @@ fn main() -> ExitCode {
             println!("{}: valid AgentDeployment {:?}", file.display(), valid.name);
         }),
         Command::Render { file, credentials } => render(&file, credentials.as_deref()),
+        Command::Agent {
+            listen,
+            delay_ms,
+            failure_rate,
+            seed,
+        } => {
+            let config = baton_agent::AgentConfig {
+                delay: std::time::Duration::from_millis(delay_ms),
+                failure_rate,
+                seed,
+            };
+            run_agent(listen, config)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,6 +113,21 @@ fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyh
         None => baton_resources::Credentials::generate(),
     };
     write_stdout(&manifest::render(&valid, &creds, credentials.is_none())?)
+}
+
+fn run_agent(listen: std::net::SocketAddr, config: baton_agent::AgentConfig) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
+        write_stdout(&format!(
+            "baton agent listening on http://{}\n",
+            listener.local_addr()?
+        ))?;
+        baton_agent::serve(listener, config).await?;
+        Ok(())
+    })
 }
 
 /// Writes to standard output; a closed pipe (`baton crd | head`) is not an error.

@@ -1,0 +1,169 @@
+//! The reference agent, behind the agent contract the sidecar calls:
+//! `POST /v1/turn` with `{session, tenant, turnSeq, input, state,
+//! workspaceDir}` → `{reply, state}`.
+//!
+//! It keeps nothing in the process: its memory is the `state` the sidecar
+//! passes in and stores back, and its files are in `workspaceDir`, which the
+//! sidecar materialises before the call and snapshots after it. Every turn
+//! appends a line to `notes.md` there. A configurable delay and failure rate
+//! (and `/sleep <ms>`, `/fail`) let tests make long and failing turns.
+#![forbid(unsafe_code)]
+
+pub mod memory;
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use memory::{Memory, respond};
+
+/// The agent contract's request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnRequest {
+    pub session: String,
+    pub tenant: String,
+    pub turn_seq: u64,
+    pub input: String,
+    /// The session state as the agent last returned it; `null` at first.
+    #[serde(default)]
+    pub state: serde_json::Value,
+    pub workspace_dir: PathBuf,
+}
+
+/// The agent contract's response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnResponse {
+    pub reply: String,
+    pub state: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AgentConfig {
+    /// Added to every turn.
+    pub delay: Duration,
+    /// Share of turns that fail (0.0–1.0), decided by a seeded generator so a
+    /// run can be replayed.
+    pub failure_rate: f64,
+    pub seed: u64,
+}
+
+struct Agent {
+    config: AgentConfig,
+    rng: AtomicU64,
+}
+
+impl Agent {
+    /// Deterministic per-process draw in [0, 1).
+    fn draw(&self) -> f64 {
+        let mut x = self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (x ^ (x >> 31)) as f64 / u64::MAX as f64
+    }
+}
+
+/// Errors the agent answers with, as `{error}` and a status.
+struct AgentError(StatusCode, String);
+
+impl IntoResponse for AgentError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+/// `root/name`, refusing absolute paths and `..` (a hostile `/write`).
+fn inside(root: &Path, name: &str) -> Result<PathBuf, AgentError> {
+    let relative = Path::new(name);
+    let plain = !name.is_empty()
+        && relative
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        return Err(AgentError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("file name {name:?} must be a plain relative path"),
+        ));
+    }
+    Ok(root.join(relative))
+}
+
+fn io_error(e: std::io::Error) -> AgentError {
+    AgentError(StatusCode::INTERNAL_SERVER_ERROR, format!("workspace: {e}"))
+}
+
+async fn turn(
+    State(agent): State<Arc<Agent>>,
+    Json(req): Json<TurnRequest>,
+) -> Result<Json<TurnResponse>, AgentError> {
+    let memory: Memory = match req.state {
+        serde_json::Value::Null => Memory::default(),
+        state => serde_json::from_value(state).map_err(|e| {
+            AgentError(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("state is not this agent's: {e}"),
+            )
+        })?,
+    };
+    let outcome = respond(&memory, &req.input);
+    let delay = agent.config.delay + outcome.delay;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if outcome.fail || (agent.config.failure_rate > 0.0 && agent.draw() < agent.config.failure_rate)
+    {
+        return Err(AgentError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the agent failed this turn (on purpose)".into(),
+        ));
+    }
+
+    let dir = &req.workspace_dir;
+    tokio::fs::create_dir_all(dir).await.map_err(io_error)?;
+    for (name, content) in &outcome.files {
+        let path = inside(dir, name)?;
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
+        }
+        tokio::fs::write(&path, content).await.map_err(io_error)?;
+    }
+    let notes = dir.join("notes.md");
+    let mut text = tokio::fs::read_to_string(&notes).await.unwrap_or_default();
+    text.push_str(&format!("- turn {}: {}\n", req.turn_seq, req.input.trim()));
+    tokio::fs::write(&notes, text).await.map_err(io_error)?;
+
+    tracing::debug!(session = %req.session, tenant = %req.tenant, turn_seq = req.turn_seq, "turn");
+    let state = serde_json::to_value(&outcome.memory)
+        .map_err(|e| AgentError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(Json(TurnResponse {
+        reply: outcome.reply,
+        state,
+    }))
+}
+
+/// The agent's HTTP routes.
+pub fn router(config: AgentConfig) -> Router {
+    let agent = Arc::new(Agent {
+        rng: AtomicU64::new(config.seed),
+        config,
+    });
+    Router::new()
+        .route("/v1/turn", post(turn))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(16 * 1024 * 1024))
+        .with_state(agent)
+}
+
+/// Serves the agent on `listener` until the future is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, config: AgentConfig) -> std::io::Result<()> {
+    axum::serve(listener, router(config)).await
+}

@@ -1,0 +1,185 @@
+//! What the reference agent says and remembers: a pure function from
+//! (state, input) to (reply, new state, files to write). Deterministic and
+//! offline: it is not a language model and does not pretend to be.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The agent's memory: everything it knows lives here, in the session state
+/// Baton stores, never in the process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Memory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Turns this session has had, this one included.
+    #[serde(default)]
+    pub turns: u64,
+}
+
+/// What one turn produces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub reply: String,
+    pub memory: Memory,
+    /// Files to write in the workspace (relative path, content); `notes.md`
+    /// gets the turn appended separately.
+    pub files: Vec<(String, String)>,
+    /// How long this turn takes (`/sleep <ms>`).
+    pub delay: Duration,
+    /// `/fail`: the agent answers with an error, for tests of aborted turns.
+    pub fail: bool,
+}
+
+/// Longest name remembered.
+const MAX_NAME_CHARS: usize = 64;
+
+/// The text after one of the (ASCII) `prefixes`, compared ignoring case.
+fn name_after<'a>(input: &'a str, prefixes: &[&str]) -> Option<&'a str> {
+    prefixes.iter().find_map(|p| {
+        let head = input.get(..p.len())?;
+        let name = input
+            .get(p.len()..)?
+            .trim()
+            .trim_end_matches(['.', '!', '。', '！'])
+            .trim();
+        (head.eq_ignore_ascii_case(p) && !name.is_empty()).then_some(name)
+    })
+}
+
+fn asks_for_name(input: &str) -> bool {
+    let lower = input.to_lowercase();
+    let lower = lower.trim().trim_end_matches(['?', '？']);
+    matches!(
+        lower,
+        "what is my name" | "what's my name" | "who am i" | "我叫什么" | "我叫什么名字" | "我是谁"
+    )
+}
+
+/// One turn of the reference agent.
+pub fn respond(memory: &Memory, input: &str) -> Outcome {
+    let mut memory = memory.clone();
+    memory.turns += 1;
+    let input = input.trim();
+    let mut outcome = Outcome {
+        reply: String::new(),
+        memory: Memory::default(),
+        files: Vec::new(),
+        delay: Duration::ZERO,
+        fail: false,
+    };
+
+    if let Some(ms) = input.strip_prefix("/sleep ") {
+        let ms: u64 = ms.trim().parse().unwrap_or(0).min(600_000);
+        outcome.delay = Duration::from_millis(ms);
+        outcome.reply = format!("slept {ms} ms");
+    } else if input == "/fail" {
+        outcome.fail = true;
+        outcome.reply = "failing on purpose".into();
+    } else if let Some(rest) = input.strip_prefix("/write ") {
+        let (file, content) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
+        outcome
+            .files
+            .push((file.to_owned(), format!("{content}\n")));
+        outcome.reply = format!("wrote {file}");
+    } else if let Some(name) = name_after(input, &["my name is ", "i am ", "i'm "]) {
+        let name: String = name.chars().take(MAX_NAME_CHARS).collect();
+        outcome.reply = format!("Nice to meet you, {name}.");
+        memory.name = Some(name);
+    } else if let Some(name) = input
+        .strip_prefix("我叫")
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && !asks_for_name(input))
+    {
+        let name: String = name
+            .trim_end_matches(['。', '！', '.'])
+            .chars()
+            .take(MAX_NAME_CHARS)
+            .collect();
+        outcome.reply = format!("你好，{name}！");
+        memory.name = Some(name);
+    } else if asks_for_name(input) {
+        let chinese = !input.is_ascii();
+        outcome.reply = match (&memory.name, chinese) {
+            (Some(name), false) => format!("Your name is {name}."),
+            (Some(name), true) => format!("你叫{name}。"),
+            (None, false) => "I don't know your name yet.".into(),
+            (None, true) => "我还不知道你的名字。".into(),
+        };
+    } else {
+        outcome.reply = format!("You said: {input} (turn {})", memory.turns);
+    }
+    outcome.memory = memory;
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(turns: &[&str]) -> Vec<String> {
+        let mut memory = Memory::default();
+        turns
+            .iter()
+            .map(|input| {
+                let out = respond(&memory, input);
+                memory = out.memory;
+                out.reply
+            })
+            .collect()
+    }
+
+    #[test]
+    fn remembers_a_name_across_turns() {
+        assert_eq!(
+            chat(&["my name is Lin", "what is my name?"]),
+            ["Nice to meet you, Lin.", "Your name is Lin."]
+        );
+    }
+
+    #[test]
+    fn remembers_a_chinese_name() {
+        assert_eq!(
+            chat(&["我叫小林", "我叫什么"]),
+            ["你好，小林！", "你叫小林。"]
+        );
+    }
+
+    #[test]
+    fn does_not_invent_a_name() {
+        assert_eq!(chat(&["what's my name"]), ["I don't know your name yet."]);
+        assert_eq!(chat(&["我叫什么？"]), ["我还不知道你的名字。"]);
+    }
+
+    #[test]
+    fn counts_turns_and_echoes() {
+        assert_eq!(
+            chat(&["hello", "again"]),
+            ["You said: hello (turn 1)", "You said: again (turn 2)"]
+        );
+    }
+
+    #[test]
+    fn commands_for_tests() {
+        let out = respond(&Memory::default(), "/sleep 250");
+        assert_eq!(out.delay, Duration::from_millis(250));
+        assert!(respond(&Memory::default(), "/fail").fail);
+        let out = respond(&Memory::default(), "/write report.txt 42 apples");
+        assert_eq!(
+            out.files,
+            [("report.txt".to_owned(), "42 apples\n".to_owned())]
+        );
+        assert_eq!(
+            respond(&Memory::default(), "/sleep 99999999").delay,
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn long_names_are_cut() {
+        let long = "x".repeat(500);
+        let out = respond(&Memory::default(), &format!("my name is {long}"));
+        assert_eq!(out.memory.name.unwrap().chars().count(), MAX_NAME_CHARS);
+    }
+}
