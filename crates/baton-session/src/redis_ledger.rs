@@ -67,19 +67,28 @@ impl RedisLedgerStore {
                 return Ok(shipped);
             };
             self.ledger.record(&batch).await?;
-            self.redis.ack_shipped(key, up_to).await?;
+            let dropped = self.redis.ack_shipped(key, up_to).await?;
             shipped += batch.records.len();
-            if batch.records.len() < SHIP_BATCH {
+            // Nothing dropped means the head of the log is not what we read:
+            // stop rather than loop; the next sweep looks again.
+            if batch.records.len() < SHIP_BATCH || dropped == 0 {
                 return Ok(shipped);
             }
         }
     }
 
-    /// Ships the logs of every session that has unshipped records.
+    /// Ships the logs of every session that has unshipped records. A session
+    /// that fails (a corrupt record, a ledger error) is logged and skipped,
+    /// so it cannot hold back the others.
     pub async fn sweep(&self) -> StoreResult<usize> {
         let mut shipped = 0;
         for key in self.redis.sessions_with_logs().await? {
-            shipped += self.ship(&key).await?;
+            match self.ship(&key).await {
+                Ok(n) => shipped += n,
+                Err(e) => {
+                    tracing::warn!(session = %key, error = %e, "shipping this session's turn records failed")
+                }
+            }
         }
         Ok(shipped)
     }
@@ -103,6 +112,9 @@ impl RedisLedgerStore {
 
     /// The ledger's answer for a session Redis has no state for.
     async fn recover(&self, req: &BeginRequest) -> StoreResult<Option<BeginOutcome>> {
+        // Records of this session still in Redis go to the ledger first, so
+        // it is as current as it can be before it decides.
+        self.ship(&req.key).await?;
         let Some(known) = self.ledger.session(&req.key).await? else {
             return Ok(None);
         };
@@ -116,6 +128,13 @@ impl RedisLedgerStore {
                 payload: Bytes::new(),
                 workspace: None,
             },
+            // A copy older than the last turn the ledger knows would send the
+            // version backwards: refuse instead.
+            (Some(copy), false) if copy.version < known.last_version => {
+                return Ok(Some(BeginOutcome::StateLost {
+                    last_version: known.last_version,
+                }));
+            }
             (Some(copy), false) => copy.clone(),
             (None, false) => {
                 return Ok(Some(BeginOutcome::StateLost {

@@ -299,9 +299,12 @@ impl TurnStore for SqliteStore {
         .await
         .map_err(db_error)?
         .unwrap_or(0);
+        // The lease must be held for this very turn: a caller cannot move turnSeq.
         let held_fence = match &held {
-            Some(row) => Some(counter(row, "fence")?),
-            None => None,
+            Some(row) if counter(row, "turn_seq")? == lease.turn_seq => {
+                Some(counter(row, "fence")?)
+            }
+            _ => None,
         };
         let new_version =
             match decide_commit(held_fence, lease.fence, uint(version), req.expected_version) {

@@ -66,6 +66,31 @@ async fn redis_refuses_corrupt_counters_without_overwriting_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refuses_a_version_whose_payload_is_gone() {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("evicted");
+    turn(&store, &k, &a, "t1").await;
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys = baton_session::redis::SessionKeys::new(&k);
+    let () = ::redis::cmd("DEL")
+        .arg(&keys.payload)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // Read as empty, the next commit would overwrite the real state with it.
+    assert!(matches!(
+        store.begin(&begin_req(&k, &a, None)).await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_refuses_corrupt_counters_without_overwriting_them() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("baton.db");

@@ -324,3 +324,27 @@ async fn an_uncontended_turn_is_two_round_trips() {
         "{top_level:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_log_does_not_hold_back_other_sessions() {
+    let (redis, store) = ledgered::store().await;
+    let a = replica(&store, "a").await;
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let broken = baton_session::redis::SessionKeys::new(&key("broken")).log;
+    let () = ::redis::cmd("RPUSH")
+        .arg(&broken)
+        .arg("not a turn record")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let k = key("healthy");
+    for i in 1..=3 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    store.sweep().await.unwrap();
+    wait_for_ledger(store.ledger(), &k, 3).await;
+}

@@ -1,7 +1,7 @@
 -- The rules of protocol::decide_begin (src/protocol.rs), in Lua: Redis runs no Rust.
 -- Begin a turn in one round trip.
 -- KEYS: 1 state (hash), 2 lease (string "fence:turnSeq:version:owner"),
---       3 results (hash turnSeq -> result)
+--       3 results (hash turnSeq -> result), 4 payload
 -- The payload is not read here: it lives in its own key, which the caller
 -- GETs in the same pipeline (same round trip). Bulk data through Lua costs
 -- more than the rest of the script; while the grant holds, nobody else can
@@ -53,8 +53,9 @@ fence = math.max(fence + 1, now_us)
 -- Numbers go to redis.call and back as integers, exactly (fences are below
 -- 2^53); only the lease string needs formatting.
 redis.call('HSET', state, 'fence', fence)
--- A session created by this grant lives stateTtl unless a commit extends it.
-if not s[2] then redis.call('PEXPIRE', state, ARGV[5]) end
+-- A grant refreshes the state's TTL, so it cannot expire under a running turn.
+redis.call('PEXPIRE', state, ARGV[5])
+redis.call('PEXPIRE', KEYS[4], ARGV[5])
 redis.call('SET', lease, string.format('%d', fence) .. ':' .. seq .. ':' .. version .. ':' .. ARGV[1], 'PX', ARGV[4])
 
 return {'GRANTED', fence, seq, version, s[4] or ''}

@@ -6,13 +6,17 @@
 -- ARGV: 1 fence, 2 expected version, 3 new version, 4 workspace ref or "",
 --       5 idempotency record ("<version>\n<reply>"), 6 state TTL ms,
 --       7 turn record (JSON), 8 turnSeq whose record leaves the retention
---       window or "", 9 commit time (ms), 10 turnSeq
+--       window or "", 9 commit time (ms), 10 turnSeq, 11 log TTL ms (longer
+--       than the state's: unshipped records must outlive a Postgres outage)
 -- The caller computes every value it can (new version, records, times), so
 -- the script only checks, moves and writes: Lua string work is expensive.
 local state, lease, results, log, payload, staged = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local held = redis.call('GET', lease)
-if not held or string.match(held, '^(%d+):') ~= ARGV[1] then
+local held_fence, held_seq, owner
+if held then held_fence, held_seq, owner = string.match(held, '^(%d+):(%d+):%d+:(.+)$') end
+-- The lease must be ours, for this very turn (a caller cannot move turnSeq).
+if not owner or held_fence ~= ARGV[1] or held_seq ~= ARGV[10] then
   redis.call('DEL', staged)
   return {'LEASE_LOST'}
 end
@@ -31,11 +35,11 @@ end
 local moved = redis.pcall('RENAME', staged, payload)
 if type(moved) == 'table' and moved.err then return {'NOT_STAGED'} end
 
-local owner = string.match(held, '^%d+:%d+:%d+:(.+)$')
 redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'replica', owner, 'updated', ARGV[9])
 redis.call('HSET', results, ARGV[10], ARGV[5])
 if ARGV[8] ~= '' then redis.call('HDEL', results, ARGV[8]) end
 redis.call('RPUSH', log, ARGV[7])
 redis.call('DEL', lease)
-for _, key in ipairs({state, payload, results, log}) do redis.call('PEXPIRE', key, ARGV[6]) end
+for _, key in ipairs({state, payload, results}) do redis.call('PEXPIRE', key, ARGV[6]) end
+redis.call('PEXPIRE', log, ARGV[11])
 return {'COMMITTED', tonumber(ARGV[3])}

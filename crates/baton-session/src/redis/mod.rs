@@ -66,6 +66,10 @@ impl SessionKeys {
     }
 }
 
+/// Unshipped turn records live at least this long (a week), whatever the
+/// state TTL: the ledger must get them even after a long Postgres outage.
+const LOG_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+
 /// How long a staged payload outlives a commit that never ran.
 const STAGED_TTL_MS: u64 = 60_000;
 
@@ -248,6 +252,7 @@ impl RedisStore {
             .key(&keys.state)
             .key(&keys.lease)
             .key(&keys.results)
+            .key(&keys.payload)
             .arg(req.replica.as_str())
             .arg(req.turn_seq.map(|s| s.to_string()).unwrap_or_default())
             .arg(
@@ -292,7 +297,13 @@ impl RedisStore {
                 let payload = match (prefetched, req.cached_version) {
                     (_, Some(cached)) if cached == version => None,
                     (Some(Value::BulkString(bytes)), _) => Some(Bytes::from(bytes)),
-                    (Some(Value::Nil), _) => Some(Bytes::new()),
+                    (Some(Value::Nil), _) if version == 0 => Some(Bytes::new()),
+                    (Some(Value::Nil), _) => {
+                        return Err(corrupt(format!(
+                            "{}: version {version} has no payload",
+                            req.key
+                        )));
+                    }
                     (Some(other), _) => return Err(corrupt(format!("payload is {other:?}"))),
                     (None, _) => {
                         let bytes: Option<Vec<u8>> = self
@@ -301,7 +312,16 @@ impl RedisStore {
                             .get(&keys.payload)
                             .await
                             .map_err(unavailable)?;
-                        Some(Bytes::from(bytes.unwrap_or_default()))
+                        match bytes {
+                            Some(bytes) => Some(Bytes::from(bytes)),
+                            None if version == 0 => Some(Bytes::new()),
+                            None => {
+                                return Err(corrupt(format!(
+                                    "{}: version {version} has no payload",
+                                    req.key
+                                )));
+                            }
+                        }
                     }
                 };
                 Ok(BeginOutcome::Granted {
@@ -586,7 +606,8 @@ impl TurnStore for RedisStore {
             .arg(record)
             .arg(leaving_window.map(|s| s.to_string()).unwrap_or_default())
             .arg(now_ms.to_string())
-            .arg(turn_seq.to_string());
+            .arg(turn_seq.to_string())
+            .arg(millis(req.state_ttl).max(LOG_TTL_MS));
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua.
         let ((), reply): ((), Vec<Value>) = self

@@ -667,3 +667,22 @@ pub async fn oversized_commits_are_refused_and_nothing_is_overwritten<S: TurnSto
         CommitOutcome::Committed { version: 2 }
     );
 }
+
+pub async fn a_commit_cannot_move_its_turn_seq<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("forged");
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let forged = Lease {
+        turn_seq: lease.turn_seq + 5,
+        ..lease.clone()
+    };
+    assert_eq!(
+        store.commit(&commit_req(&forged, "x", "r")).await.unwrap(),
+        CommitOutcome::LeaseLost
+    );
+    assert_eq!(
+        store.commit(&commit_req(&lease, "y", "r")).await.unwrap(),
+        CommitOutcome::Committed { version: 1 }
+    );
+    assert_eq!(store.session(&k).await.unwrap().unwrap().last_turn_seq, 1);
+}
