@@ -86,15 +86,6 @@ pub enum Dependency<M, E> {
     External(E),
 }
 
-impl<M, E> Dependency<M, E> {
-    pub fn managed(&self) -> Option<&M> {
-        match self {
-            Self::Managed(m) => Some(m),
-            Self::External(_) => None,
-        }
-    }
-}
-
 /// An `AgentDeployment` that passed validation, with everything resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ValidAgentDeployment {
