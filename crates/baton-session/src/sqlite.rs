@@ -13,7 +13,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use sqlx::SqlitePool;
@@ -29,7 +29,7 @@ use crate::protocol::{
 };
 use crate::sql::{col, counter, session_summary, turn_record};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, page_size};
-use crate::turn_record;
+use crate::turn_record::{self, now_us};
 
 /// Idempotency records kept per session (as for Redis).
 pub const RESULTS_RETAINED: u64 = crate::redis::RESULTS_RETAINED;
@@ -48,13 +48,6 @@ fn db_error(e: sqlx::Error) -> StoreError {
         }
         _ => StoreError::Unavailable(e.to_string()),
     }
-}
-
-fn now_us() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn ms(d: Duration) -> i64 {

@@ -30,10 +30,15 @@ pub fn record(req: &CommitRequest, committed_at_ms: u64) -> TurnRecord {
     }
 }
 
-/// Wall-clock milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
+/// Wall-clock microseconds since the Unix epoch.
+pub fn now_us() -> u64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    now_us() / 1000
 }

@@ -137,13 +137,7 @@ async fn a_lost_session_without_a_durable_copy_is_state_lost() {
         reply_digest: "r".into(),
         workspace: None,
         started_at_ms: 1,
-        committed_at_ms: u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis(),
-        )
-        .unwrap(),
+        committed_at_ms: turn_record::now_ms(),
     };
     store
         .ledger()

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use baton_session::redis::RedisStore;
 use baton_session::redis_ledger::RedisLedgerStore;
@@ -56,16 +56,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(0)
 }
 
 async fn run<S: TurnStore + Clone + 'static>(store: S, o: Options) {
@@ -111,7 +101,7 @@ async fn run<S: TurnStore + Clone + 'static>(store: S, o: Options) {
             "GRANTED {} {} {}",
             key.session, lease.version, lease.fence
         ));
-        let started_at_ms = now_ms();
+        let started_at_ms = turn_record::now_ms();
         let hold = o.hold
             + Duration::from_millis(if o.hold_max > 0 {
                 rng.next() % o.hold_max
