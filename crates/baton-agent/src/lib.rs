@@ -21,31 +21,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
 
 use memory::{Memory, respond};
 
-/// The agent contract's request.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnRequest {
-    pub session: String,
-    pub tenant: String,
-    pub turn_seq: u64,
-    pub input: String,
-    /// The session state as the agent last returned it; `null` at first.
-    #[serde(default)]
-    pub state: serde_json::Value,
-    pub workspace_dir: PathBuf,
-}
-
-/// The agent contract's response.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnResponse {
-    pub reply: String,
-    pub state: serde_json::Value,
-}
+pub use baton_api::agent_contract::{TurnRequest, TurnResponse};
 
 #[derive(Clone, Debug, Default)]
 pub struct AgentConfig {

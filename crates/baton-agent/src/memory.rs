@@ -16,6 +16,27 @@ pub struct Memory {
     /// Turns this session has had, this one included.
     #[serde(default)]
     pub turns: u64,
+    /// Hash chain over every input, in turn order: `chain(previous, input)`.
+    /// Constant-size proof of exactly which turns the state holds, so a
+    /// load test can check that no acknowledged turn was lost, repeated or
+    /// reordered.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub history: String,
+}
+
+/// The next link of [`Memory::history`]: SHA-256 of the previous link, a
+/// newline and the input, as hex.
+pub fn chain(previous: &str, input: &str) -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(previous.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(input.as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// What one turn produces.
@@ -61,6 +82,7 @@ fn asks_for_name(input: &str) -> bool {
 pub fn respond(memory: &Memory, input: &str) -> Outcome {
     let mut memory = memory.clone();
     memory.turns += 1;
+    memory.history = chain(&memory.history, input);
     let input = input.trim();
     let mut outcome = Outcome {
         reply: String::new(),

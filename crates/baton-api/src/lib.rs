@@ -2,6 +2,7 @@
 //! component agrees on, and validation. No Kubernetes client, no runtime.
 #![forbid(unsafe_code)]
 
+pub mod agent_contract;
 mod agent_deployment;
 pub mod constants;
 pub mod names;

@@ -128,6 +128,14 @@ pub struct TurnRecord {
     pub committed_at_ms: u64,
 }
 
+/// A committed version of a session's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedState {
+    pub version: u64,
+    pub payload: Bytes,
+    pub workspace: Option<String>,
+}
+
 /// The live view of one session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionView {

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use crate::ids::{ReplicaId, SessionKey};
 use crate::ledger::{DurableCopy, PostgresLedger};
 use crate::model::{
+    CommittedState,
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ListQuery, ReplicaView,
     SessionPage, SessionView, TurnRecord,
 };
@@ -190,6 +191,10 @@ impl TurnStore for RedisLedgerStore {
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
         self.redis.session(key).await
+    }
+
+    async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
+        self.redis.read_state(key).await
     }
 }
 

@@ -21,6 +21,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
+    CommittedState,
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, ListQuery,
     ReplicaView, SessionPage, SessionState, SessionView, TurnRecord, TurnResult,
 };
@@ -434,6 +435,25 @@ impl TurnStore for SqliteStore {
         .await
         .map_err(db_error)?;
         Ok(())
+    }
+
+    async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
+        let row = sqlx::query(
+            "SELECT version, payload, workspace FROM session_state
+             WHERE tenant = ? AND session = ? AND expires_at_ms > ?",
+        )
+        .bind(key.tenant.as_str())
+        .bind(key.session.as_str())
+        .bind(int(now_us() / 1000))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(CommittedState {
+            version: counter(&row, "version")?,
+            payload: Bytes::from(col::<_, Vec<u8>>(&row, "payload")?),
+            workspace: col(&row, "workspace")?,
+        }))
     }
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {

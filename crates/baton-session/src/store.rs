@@ -73,6 +73,14 @@ pub trait TurnStore: Send + Sync {
         ttl: Duration,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 
+    /// The committed state of a session (version and payload, read
+    /// together atomically), `None` if it has none. For inspection and load
+    /// test verification; turns get their state from `begin`.
+    fn read_state(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = StoreResult<Option<crate::model::CommittedState>>> + Send;
+
     /// The live view of one session, `None` if it has no state.
     fn session(
         &self,

@@ -248,6 +248,28 @@ impl WorkspaceStore {
         serde_json::from_slice(&bytes).map_err(|e| WorkspaceError::BadManifest(reference.into(), e))
     }
 
+    /// The content of file `name` in the version `reference` points to,
+    /// `None` when that version has no such file.
+    pub async fn read_file(&self, reference: &str, name: &str) -> WorkspaceResult<Option<Bytes>> {
+        let manifest = self.load_manifest(reference).await?;
+        let Some(entry) = manifest.files.get(name) else {
+            return Ok(None);
+        };
+        let content = self
+            .store
+            .get(&blob_path(&entry.blob))
+            .await?
+            .bytes()
+            .await?;
+        if digest(&content) != entry.blob {
+            return Err(WorkspaceError::Refused {
+                path: name.to_owned(),
+                why: "blob content does not match its hash",
+            });
+        }
+        Ok(Some(content))
+    }
+
     /// Makes `dir` hold exactly the files of the version `reference` points
     /// to (an empty workspace for `None`), downloading only the blobs whose
     /// content is not already there.

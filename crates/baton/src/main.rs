@@ -58,6 +58,14 @@ enum Command {
         #[arg(long, env = "BATON_AGENT_SEED", default_value_t = 1)]
         seed: u64,
     },
+    /// Run the sidecar of one replica: the turn protocol around an agent,
+    /// configured by the BATON_* environment the operator injects.
+    Sidecar(Box<baton_sidecar::SidecarArgs>),
+    /// Run Baton on this machine: replicas, a front door, embedded stores.
+    Dev(Box<baton_dev::DevArgs>),
+    /// Load-test a Baton URL (or an agent directly) and report turns/s,
+    /// latency and outcomes; `--verify` checks no turn was lost or repeated.
+    Bench(Box<baton_loadgen::BenchArgs>),
 }
 
 fn failure_rate(text: &str) -> Result<f64, String> {
@@ -73,6 +81,8 @@ fn failure_rate(text: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
+    exit_with_parent();
     let result = match cli.command {
         Command::Crd => manifest::crd_yaml().and_then(|yaml| write_stdout(&yaml)),
         Command::Validate { file } => manifest::load(&file).map(|(_, valid)| {
@@ -91,6 +101,20 @@ fn main() -> ExitCode {
                 seed,
             };
             run_agent(listen, config)
+        }
+        Command::Sidecar(args) => block_on(baton_sidecar::run(*args)),
+        Command::Dev(args) => std::env::current_exe()
+            .context("finding the baton binary to start replicas with")
+            .and_then(|exe| block_on(baton_dev::run(*args, exe))),
+        Command::Bench(args) => {
+            let json = args.json;
+            block_on(baton_loadgen::run(*args)).and_then(|report| {
+                if json {
+                    write_stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))
+                } else {
+                    write_stdout(&baton_loadgen::render(&report))
+                }
+            })
         }
     };
     match result {
@@ -113,6 +137,43 @@ fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyh
         None => baton_resources::Credentials::generate(),
     };
     write_stdout(&manifest::render(&valid, &creds, credentials.is_none())?)
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Runtime::new()?.block_on(future)
+}
+
+/// Logs to standard error: `RUST_LOG` filters (default `info`),
+/// `BATON_LOG_FORMAT=json` gives one JSON object per line.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("BATON_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().init();
+    } else {
+        builder.compact().init();
+    }
+}
+
+/// With `BATON_EXIT_WITH_PARENT=1` (set by `baton dev` for its replicas),
+/// exit as soon as the parent process is gone, so a killed `baton dev`
+/// leaves no replica behind.
+fn exit_with_parent() {
+    if std::env::var("BATON_EXIT_WITH_PARENT").is_err() {
+        return;
+    }
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            if std::os::unix::process::parent_id() != parent {
+                std::process::exit(1);
+            }
+        }
+    });
 }
 
 fn run_agent(listen: std::net::SocketAddr, config: baton_agent::AgentConfig) -> anyhow::Result<()> {

@@ -24,6 +24,7 @@ use redis::{AsyncCommands, Script, Value};
 
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
+    CommittedState,
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, SessionState,
     SessionView, TurnResult,
 };
@@ -674,6 +675,39 @@ impl TurnStore for RedisStore {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
+        let keys = SessionKeys::new(key);
+        // MULTI/EXEC: the version and its payload are read with no commit
+        // in between.
+        let ((version, workspace), payload): ((Option<String>, Option<String>), Option<Vec<u8>>) =
+            redis::pipe()
+                .atomic()
+                .cmd("HMGET")
+                .arg(&keys.state)
+                .arg("version")
+                .arg("ws")
+                .get(&keys.payload)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+        let Some(version) = version else {
+            return Ok(None);
+        };
+        let version: u64 = version
+            .parse()
+            .map_err(|_| corrupt(format!("{key}: version {version:?} is not a number")))?;
+        let payload = match payload {
+            Some(bytes) => Bytes::from(bytes),
+            None if version == 0 => Bytes::new(),
+            None => return Err(corrupt(format!("{key}: version {version} has no payload"))),
+        };
+        Ok(Some(CommittedState {
+            version,
+            payload,
+            workspace: workspace.filter(|w| !w.is_empty()),
+        }))
     }
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {

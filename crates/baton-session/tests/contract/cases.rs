@@ -73,6 +73,29 @@ pub async fn turn<S: TurnStore>(
 
 // --- Dapr state-store conformance, on the turn protocol ---
 
+pub async fn read_state_returns_the_committed_version<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("read");
+    assert_eq!(store.read_state(&k).await.unwrap(), None);
+    turn(&store, &k, &a, "one").await;
+    // A turn in flight does not show: only committed versions do.
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let read = store.read_state(&k).await.unwrap().unwrap();
+    assert_eq!((read.version, read.payload.as_ref()), (1, &b"one"[..]));
+    assert!(read.workspace.unwrap().starts_with("manifests/1/"));
+    store
+        .commit(&commit_req(&lease, "two", "r"))
+        .await
+        .unwrap();
+    let read = store.read_state(&k).await.unwrap().unwrap();
+    assert_eq!((read.version, read.payload.as_ref()), (2, &b"two"[..]));
+    assert_eq!(
+        read.workspace,
+        Some(format!("manifests/2/{}", lease.fence)),
+        "the workspace of the read version"
+    );
+}
+
 pub async fn new_session_gets_a_version<S: TurnStore>(store: S) {
     let a = replica(&store, "a").await;
     let k = key("new");

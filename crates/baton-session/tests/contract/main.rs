@@ -22,6 +22,7 @@ macro_rules! contract_suite {
             }
 
             case!(new_session_gets_a_version);
+            case!(read_state_returns_the_committed_version);
             case!(stale_version_is_rejected_and_nothing_written);
             case!(correct_version_succeeds_and_bumps);
             case!(create_if_absent_only_once);

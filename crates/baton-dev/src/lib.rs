@@ -1,0 +1,290 @@
+//! `baton dev`: the whole system on one machine. N replicas (each a
+//! `baton sidecar` and a `baton agent` process, like the two containers of
+//! a pod), a front door that round-robins across the ready ones like a
+//! Kubernetes Service, and embedded stores (SQLite + a directory) unless
+//! real Redis, Postgres and S3 are given.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod front_door;
+pub mod replica;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::watch;
+
+pub use config::{DevArgs, DevCommand};
+use front_door::FrontDoor;
+use replica::{Launcher, ReplicaSlot};
+
+/// How often each replica's readiness is probed.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+struct Dev {
+    door: Arc<FrontDoor>,
+    args: DevArgs,
+    http: reqwest::Client,
+    rolling: tokio::sync::Mutex<()>,
+}
+
+/// One replica's replacement during a rollout.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStep {
+    pub replica: String,
+    pub drained_ms: u64,
+    pub ready_ms: u64,
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Runs `baton dev` (or its `rollout` subcommand) until Ctrl-C or SIGTERM.
+pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
+    if let Some(DevCommand::Rollout { url }) = &args.command {
+        return rollout_client(url).await;
+    }
+    args.check().map_err(anyhow::Error::msg)?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("data dir {}", args.data_dir.display()))?;
+    let embedded = args.redis_url.is_none();
+    if embedded {
+        // Migrate once here, before several replica processes open it.
+        let db = args.data_dir.join("baton.db");
+        baton_session::sqlite::SqliteStore::open(&db)
+            .await
+            .with_context(|| format!("embedded store {}", db.display()))?;
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("front door on {}", args.listen))?;
+    let front = listener.local_addr()?;
+
+    let mut slots = Vec::new();
+    for i in 0..args.replicas {
+        slots.push(Arc::new(ReplicaSlot::new(
+            format!("replica-{i}"),
+            free_port()?,
+            free_port()?,
+        )));
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let launcher = Arc::new(Launcher {
+        exe,
+        args: args.clone(),
+    });
+    let mut supervisors = Vec::new();
+    for slot in &slots {
+        let (slot2, launcher, stop) = (slot.clone(), launcher.clone(), stop_rx.clone());
+        supervisors.push(tokio::spawn(async move {
+            slot2.supervise(&launcher, stop).await;
+        }));
+        tokio::spawn(probe_forever(slot.clone(), stop_rx.clone()));
+    }
+    let dev = Arc::new(Dev {
+        door: Arc::new(FrontDoor::new(slots.clone())),
+        args: args.clone(),
+        http: reqwest::Client::new(),
+        rolling: tokio::sync::Mutex::new(()),
+    });
+    print_banner(&args, front, &slots, embedded);
+
+    let app = Router::new()
+        .route("/v1/dev/replicas", get(list_replicas))
+        .route("/v1/dev/rollout", post(post_rollout))
+        .with_state(dev.clone())
+        .fallback_service(
+            Router::new()
+                .fallback(front_door::forward)
+                .with_state(dev.door.clone()),
+        );
+    let announced = dev.clone();
+    tokio::spawn(async move {
+        if wait_all_ready(&announced.door.slots, Duration::from_secs(60)).await {
+            println!("baton dev: all {} replicas ready", announced.door.slots.len());
+        } else {
+            eprintln!("baton dev: replicas not ready after 60s; see the logs under {}", announced.args.data_dir.join("replicas").display());
+        }
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = shutdown_signal().await;
+        })
+        .await?;
+    println!("baton dev: stopping");
+    let _ = stop_tx.send(true);
+    for s in supervisors {
+        let _ = s.await;
+    }
+    Ok(())
+}
+
+fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], embedded: bool) {
+    let stores = if embedded {
+        format!("embedded (SQLite {})", args.data_dir.join("baton.db").display())
+    } else {
+        "Redis + Postgres".to_owned()
+    };
+    let workspaces = match &args.s3_endpoint {
+        Some(e) => format!("S3 {e}/{}", args.s3_bucket),
+        None => format!("directory {}", args.data_dir.join("objects").display()),
+    };
+    println!("baton dev: {} replicas; stores: {stores}; workspaces: {workspaces}", slots.len());
+    println!("  front door   http://{front}");
+    for slot in slots {
+        let s = slot.status();
+        println!("  {:<12} {} (agent {})", slot.id, s.url, s.agent_url);
+    }
+    println!("  replicas     http://{front}/v1/dev/replicas");
+    println!("try: curl -s http://{front}/api/chat -d '{{\"sessionId\":\"s-1\",\"input\":\"my name is Lin\"}}'");
+}
+
+async fn shutdown_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}
+
+/// Probes one replica's `/readyz` until shutdown.
+async fn probe_forever(slot: Arc<ReplicaSlot>, stop: watch::Receiver<bool>) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap_or_default();
+    let url = format!("{}{}", slot.url(), baton_api::constants::paths::READYZ);
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    while !*stop.borrow() {
+        tick.tick().await;
+        let (ready, draining) = match http.get(&url).send().await {
+            Ok(r) if r.status().is_success() => (true, false),
+            Ok(r) => {
+                let draining = r
+                    .headers()
+                    .get("x-baton-outcome")
+                    .is_some_and(|v| v == "DRAINING");
+                (false, draining)
+            }
+            Err(_) => (false, false),
+        };
+        slot.set_probe(ready, draining);
+    }
+}
+
+async fn wait_all_ready(slots: &[Arc<ReplicaSlot>], timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if slots.iter().all(|s| s.status().ready) {
+            return true;
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+    false
+}
+
+async fn list_replicas(State(dev): State<Arc<Dev>>) -> Json<Vec<replica::ReplicaStatus>> {
+    Json(dev.door.slots.iter().map(|s| s.status()).collect())
+}
+
+async fn post_rollout(State(dev): State<Arc<Dev>>) -> Response {
+    let Ok(_one_at_a_time) = dev.rolling.try_lock() else {
+        return (
+            StatusCode::CONFLICT,
+            Json(json!({ "status": "ROLLOUT_RUNNING", "error": "a rollout is already running" })),
+        )
+            .into_response();
+    };
+    match rollout(&dev).await {
+        Ok(steps) => Json(json!({ "status": "OK", "replaced": steps })).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "status": "ROLLOUT_FAILED", "error": e })),
+        )
+            .into_response(),
+    }
+}
+
+/// Replaces every replica, one at a time: drain (in-flight turns finish or
+/// are handed over at the drain timeout), stop, start, wait until ready.
+async fn rollout(dev: &Dev) -> Result<Vec<RolloutStep>, String> {
+    let ready_timeout = Duration::from_secs(60);
+    let mut steps = Vec::new();
+    for slot in &dev.door.slots {
+        let started = Instant::now();
+        println!("baton dev rollout: draining {}", slot.id);
+        let drain = dev
+            .http
+            .post(format!("{}/v1/admin/drain?wait=true", slot.url()))
+            .timeout(dev.args.drain_timeout + Duration::from_secs(15))
+            .send()
+            .await;
+        if let Err(e) = drain {
+            // A replica that is down needs no drain; it is replaced anyway.
+            eprintln!("baton dev rollout: drain of {} failed: {e}", slot.id);
+        }
+        let drained_ms = started.elapsed().as_millis() as u64;
+        let generation = slot.status().generation;
+        slot.request_replace();
+        let deadline = Instant::now() + ready_timeout;
+        loop {
+            let s = slot.status();
+            if s.generation > generation && s.ready {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} was not ready {ready_timeout:?} after its replacement",
+                    slot.id
+                ));
+            }
+            tokio::time::sleep(PROBE_EVERY / 2).await;
+        }
+        let ready_ms = started.elapsed().as_millis() as u64;
+        println!("baton dev rollout: {} replaced in {ready_ms} ms", slot.id);
+        steps.push(RolloutStep {
+            replica: slot.id.clone(),
+            drained_ms,
+            ready_ms,
+        });
+    }
+    Ok(steps)
+}
+
+async fn rollout_client(url: &str) -> anyhow::Result<()> {
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/dev/rollout", url.trim_end_matches('/')))
+        .send()
+        .await
+        .with_context(|| format!("is `baton dev` running at {url}?"))?;
+    let status = answer.status();
+    let body: serde_json::Value = answer.json().await.context("rollout answer")?;
+    if !status.is_success() {
+        anyhow::bail!("rollout failed: {}", body["error"]);
+    }
+    for step in body["replaced"].as_array().into_iter().flatten() {
+        println!(
+            "{} drained in {} ms, ready again after {} ms",
+            step["replica"].as_str().unwrap_or("?"),
+            step["drainedMs"],
+            step["readyMs"]
+        );
+    }
+    println!("rollout complete");
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! One replica slot: the sidecar and reference agent processes of a
+//! "pod", restarted when they die (like a StatefulSet) and replaced on
+//! request (a rollout).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::process::{Child, Command};
+use tokio::sync::{Notify, watch};
+
+use crate::config::DevArgs;
+
+/// What `GET /v1/dev/replicas` shows of a replica.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    pub id: String,
+    pub url: String,
+    pub agent_url: String,
+    /// The sidecar's process id, while it runs.
+    pub pid: Option<u32>,
+    pub agent_pid: Option<u32>,
+    pub ready: bool,
+    pub draining: bool,
+    /// Times the processes died and were started again.
+    pub restarts: u64,
+    /// Times a rollout replaced them.
+    pub generation: u64,
+}
+
+pub struct ReplicaSlot {
+    pub id: String,
+    pub sidecar_port: u16,
+    pub agent_port: u16,
+    status: Mutex<ReplicaStatus>,
+    replace: Notify,
+}
+
+/// Why a replica's processes stopped.
+enum Stop {
+    Died(String),
+    Replace,
+    Shutdown,
+}
+
+/// How to start a replica's processes.
+pub struct Launcher {
+    pub exe: PathBuf,
+    pub args: DevArgs,
+}
+
+impl ReplicaSlot {
+    pub fn new(id: String, sidecar_port: u16, agent_port: u16) -> Self {
+        let status = ReplicaStatus {
+            id: id.clone(),
+            url: format!("http://127.0.0.1:{sidecar_port}"),
+            agent_url: format!("http://127.0.0.1:{agent_port}"),
+            ..ReplicaStatus::default()
+        };
+        Self {
+            id,
+            sidecar_port,
+            agent_port,
+            status: Mutex::new(status),
+            replace: Notify::new(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.sidecar_port)
+    }
+
+    pub fn status(&self) -> ReplicaStatus {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReplicaStatus> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_probe(&self, ready: bool, draining: bool) {
+        let mut s = self.lock();
+        // A probe that raced with a restart must not mark the new processes.
+        if s.pid.is_some() {
+            s.ready = ready;
+            s.draining = draining;
+        }
+    }
+
+    /// Asks the supervisor to stop the processes gracefully and start new ones.
+    pub fn request_replace(&self) {
+        self.replace.notify_one();
+    }
+
+    fn workspace_dir(&self, args: &DevArgs) -> PathBuf {
+        args.data_dir
+            .join("replicas")
+            .join(&self.id)
+            .join("workspace")
+    }
+
+    fn log_file(&self, args: &DevArgs, name: &str) -> std::io::Result<std::fs::File> {
+        let dir = args.data_dir.join("replicas").join(&self.id);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(name))
+    }
+
+    fn spawn(&self, launcher: &Launcher) -> std::io::Result<(Child, Child)> {
+        let args = &launcher.args;
+        let agent_log = self.log_file(args, "agent.log")?;
+        let mut agent = Command::new(&launcher.exe);
+        agent
+            .arg("agent")
+            .arg(format!("--listen=127.0.0.1:{}", self.agent_port))
+            .arg(format!("--delay-ms={}", args.agent_delay_ms))
+            .arg(format!("--failure-rate={}", args.agent_failure_rate));
+        let agent = with_common(&mut agent, agent_log)?.spawn()?;
+
+        let sidecar_log = self.log_file(args, "sidecar.log")?;
+        let mut sidecar = Command::new(&launcher.exe);
+        sidecar
+            .arg("sidecar")
+            .arg(format!("--replica-id={}", self.id))
+            .arg(format!("--listen=127.0.0.1:{}", self.sidecar_port))
+            .arg(format!("--agent-url=http://127.0.0.1:{}", self.agent_port))
+            .arg("--workspace-dir")
+            .arg(self.workspace_dir(args))
+            .arg(format!("--lease-ttl={}ms", args.lease_ttl.as_millis()))
+            .arg(format!("--state-ttl={}ms", args.state_ttl.as_millis()))
+            .arg(format!("--drain-timeout={}ms", args.drain_timeout.as_millis()))
+            .arg(format!(
+                "--heartbeat-interval={}ms",
+                args.heartbeat_interval.as_millis()
+            ));
+        match (&args.redis_url, &args.database_url) {
+            (Some(redis), Some(database)) => {
+                sidecar.arg("--redis-url").arg(redis);
+                sidecar.arg("--database-url").arg(database);
+            }
+            _ => {
+                sidecar
+                    .arg("--sqlite-path")
+                    .arg(args.data_dir.join("baton.db"));
+            }
+        }
+        match &args.s3_endpoint {
+            Some(endpoint) => {
+                sidecar
+                    .arg("--s3-endpoint")
+                    .arg(endpoint)
+                    .arg("--s3-bucket")
+                    .arg(&args.s3_bucket)
+                    .arg("--s3-region")
+                    .arg(&args.s3_region)
+                    .env("BATON_S3_ACCESS_KEY_ID", &args.s3_access_key_id)
+                    .env("BATON_S3_SECRET_ACCESS_KEY", &args.s3_secret_access_key);
+            }
+            None => {
+                sidecar
+                    .arg("--objects-dir")
+                    .arg(args.data_dir.join("objects"));
+            }
+        }
+        let sidecar = match with_common(&mut sidecar, sidecar_log)?.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                // `agent` is dropped here, and kill_on_drop stops it.
+                return Err(e);
+            }
+        };
+        Ok((agent, sidecar))
+    }
+
+    /// Keeps the replica's processes running until `shutdown`.
+    pub async fn supervise(&self, launcher: &Launcher, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let (mut agent, mut sidecar) = match self.spawn(launcher) {
+                Ok(children) => children,
+                Err(e) => {
+                    eprintln!("baton dev: {} could not start: {e}; retrying", self.id);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            {
+                let mut s = self.lock();
+                s.pid = sidecar.id();
+                s.agent_pid = agent.id();
+                s.ready = false;
+                s.draining = false;
+            }
+            let stop = tokio::select! {
+                status = sidecar.wait() => Stop::Died(format!("sidecar exited ({})", describe(status))),
+                status = agent.wait() => Stop::Died(format!("agent exited ({})", describe(status))),
+                () = self.replace.notified() => Stop::Replace,
+                _ = shutdown.changed() => Stop::Shutdown,
+            };
+            let graceful = !matches!(stop, Stop::Died(_));
+            stop_processes(&mut sidecar, &mut agent, graceful, launcher.args.drain_timeout).await;
+            {
+                let mut s = self.lock();
+                s.pid = None;
+                s.agent_pid = None;
+                s.ready = false;
+                s.draining = false;
+                match stop {
+                    Stop::Died(_) => s.restarts += 1,
+                    Stop::Replace => s.generation += 1,
+                    Stop::Shutdown => {}
+                }
+            }
+            match stop {
+                Stop::Died(why) => {
+                    eprintln!("baton dev: {} died: {why}; restarting", self.id);
+                    // A crash loop should not spin the CPU.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Stop::Replace => {}
+                Stop::Shutdown => return,
+            }
+        }
+    }
+}
+
+fn with_common(cmd: &mut Command, log: std::fs::File) -> std::io::Result<&mut Command> {
+    let err = log.try_clone()?;
+    Ok(cmd
+        // Children exit if `baton dev` dies without stopping them.
+        .env("BATON_EXIT_WITH_PARENT", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err))
+        .kill_on_drop(true))
+}
+
+fn describe(status: std::io::Result<std::process::ExitStatus>) -> String {
+    match status {
+        Ok(s) => s.to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
+/// Stops both processes: the sidecar gets SIGTERM (it drains) and up to the
+/// drain timeout when `graceful`; whatever still runs is killed.
+async fn stop_processes(sidecar: &mut Child, agent: &mut Child, graceful: bool, drain: Duration) {
+    if graceful {
+        signal(sidecar, nix::sys::signal::Signal::SIGTERM);
+        let grace = drain + Duration::from_secs(5);
+        if tokio::time::timeout(grace, sidecar.wait()).await.is_err() {
+            eprintln!("baton dev: a sidecar ignored SIGTERM for {grace:?}; killing it");
+        }
+    }
+    let _ = sidecar.kill().await;
+    let _ = agent.kill().await;
+}

@@ -1,0 +1,502 @@
+//! `baton bench`: drives turns against a Baton URL (a sidecar or the
+//! `baton dev` front door) — or, for the baseline, straight against an
+//! agent — and reports turns/s, latency percentiles and outcome counts.
+//!
+//! Every session belongs to one client task, and every turn carries an
+//! explicit `turnSeq`, so a turn retried after a 503 or a dropped
+//! connection can never run twice: the retry gets the stored result
+//! (DUPLICATE). `--verify` then checks each session's state against the
+//! acknowledged turns, through the reference agent's hash chain of inputs.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use baton_agent::memory::{Memory, chain};
+use baton_api::validate::parse_duration;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+fn duration(value: &str) -> Result<Duration, String> {
+    parse_duration(value)
+}
+
+/// What the turns ask the agent to do, by weight.
+#[derive(Clone, Debug)]
+pub struct Mix(Vec<(TurnKind, u32)>);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TurnKind {
+    /// A plain message.
+    Chat,
+    /// "my name is ..." (state change).
+    Name,
+    /// `/write` a file (a workspace change).
+    Write,
+}
+
+fn mix(value: &str) -> Result<Mix, String> {
+    let mut parts = Vec::new();
+    for entry in value.split(',') {
+        let (kind, weight) = entry
+            .split_once(':')
+            .ok_or_else(|| format!("{entry:?}: expected kind:weight, e.g. chat:90"))?;
+        let kind = match kind.trim() {
+            "chat" => TurnKind::Chat,
+            "name" => TurnKind::Name,
+            "write" => TurnKind::Write,
+            other => return Err(format!("{other:?}: kinds are chat, name, write")),
+        };
+        let weight: u32 = weight
+            .trim()
+            .parse()
+            .map_err(|_| format!("{entry:?}: weight must be a whole number"))?;
+        parts.push((kind, weight));
+    }
+    if parts.iter().map(|(_, w)| w).sum::<u32>() == 0 {
+        return Err("the weights must not all be 0".into());
+    }
+    Ok(Mix(parts))
+}
+
+impl Mix {
+    /// The kind of turn `n` of a session, spread by weight.
+    fn pick(&self, n: u64) -> TurnKind {
+        let total: u32 = self.0.iter().map(|(_, w)| w).sum();
+        let mut at = (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) as u32 % total;
+        for (kind, w) in &self.0 {
+            if at < *w {
+                return *kind;
+            }
+            at -= w;
+        }
+        TurnKind::Chat
+    }
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Baton's turn API (a sidecar, or the `baton dev` front door).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+
+    /// Call this agent directly through the agent contract instead (no
+    /// Baton: state kept by the load generator), as a baseline.
+    #[arg(long, conflicts_with = "verify")]
+    pub direct_agent: Option<String>,
+
+    #[arg(long, default_value_t = 100)]
+    pub sessions: usize,
+
+    /// Concurrent clients (each owns sessions of its own).
+    #[arg(long, default_value_t = 10)]
+    pub concurrency: usize,
+
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub duration: Duration,
+
+    /// Turn mix, `kind:weight` for chat, name, write.
+    #[arg(long, default_value = "chat:90,name:5,write:5", value_parser = mix)]
+    pub mix: Mix,
+
+    /// Session ids are `<prefix>-<n>`; default: a fresh random prefix.
+    #[arg(long)]
+    pub session_prefix: Option<String>,
+
+    /// Tenant header (authentication off) ...
+    #[arg(long)]
+    pub tenant: Option<String>,
+
+    /// ... or a bearer token.
+    #[arg(long, env = "BATON_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Give up on a turn after this many retries (503s, dropped connections).
+    #[arg(long, default_value_t = 200)]
+    pub max_retries: u32,
+
+    /// After the run, check that every session holds exactly its acknowledged turns.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub target: String,
+    pub seconds: f64,
+    pub sessions: usize,
+    pub concurrency: usize,
+    /// Turns acknowledged (OK, or DUPLICATE on a retry of a committed one).
+    pub acknowledged: u64,
+    pub turns_per_second: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    /// Final answers by outcome (after retries).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Retries by the answer that caused them.
+    pub retries: BTreeMap<String, u64>,
+    /// Turns that ended without being acknowledged.
+    pub failed: u64,
+    pub verified_sessions: Option<usize>,
+    /// Sessions whose state does not hold exactly their acknowledged turns.
+    pub verify_errors: Vec<String>,
+}
+
+/// One session as its client knows it.
+struct Session {
+    id: String,
+    next_seq: u64,
+    /// Hash chain of the acknowledged inputs, as the agent computes it.
+    chain: String,
+    acknowledged: u64,
+    /// Direct mode: the state the agent returned last.
+    state: Value,
+}
+
+struct ClientResult {
+    latencies: Vec<Duration>,
+    outcomes: BTreeMap<String, u64>,
+    retries: BTreeMap<String, u64>,
+    failed: u64,
+    sessions: Vec<Session>,
+}
+
+fn input_for(kind: TurnKind, session: &str, seq: u64) -> String {
+    match kind {
+        TurnKind::Chat => format!("hello from {session}, turn {seq}"),
+        TurnKind::Name => format!("my name is Bench{seq}"),
+        TurnKind::Write => format!("/write turn-{}.txt turn {seq} of {session}", seq % 8),
+    }
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Acknowledged(&'static str),
+    Retry(String),
+    Failed(String),
+}
+
+struct Client {
+    http: reqwest::Client,
+    args: BenchArgs,
+}
+
+impl Client {
+    fn headers(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let req = match &self.args.tenant {
+            Some(t) => req.header("x-baton-tenant", t),
+            None => req,
+        };
+        match &self.args.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    async fn attempt(&self, session: &mut Session, input: &str) -> Attempt {
+        if let Some(agent) = &self.args.direct_agent {
+            return self.attempt_direct(agent, session, input).await;
+        }
+        let req = self
+            .http
+            .post(format!(
+                "{}/v1/sessions/{}/turns",
+                self.args.url.trim_end_matches('/'),
+                session.id
+            ))
+            .json(&json!({ "input": input, "turnSeq": session.next_seq }));
+        let answer = match self.headers(req).send().await {
+            Ok(a) => a,
+            Err(e) => return Attempt::Retry(if e.is_connect() { "CONNECT" } else { "DROPPED" }.into()),
+        };
+        let status = answer.status();
+        let body: Value = answer.json().await.unwrap_or(Value::Null);
+        let outcome = body["status"].as_str().unwrap_or("?").to_owned();
+        match (status.as_u16(), outcome.as_str()) {
+            (200, "OK") => Attempt::Acknowledged("OK"),
+            (200, "DUPLICATE") => Attempt::Acknowledged("DUPLICATE"),
+            // Draining, no replica, a store restarting, a replica that died
+            // mid-request, a lease still held by a turn that was cut off:
+            // the same turnSeq is safe to send again.
+            (502 | 503, _) | (409, "BUSY") => Attempt::Retry(outcome),
+            _ => Attempt::Failed(format!("{status} {outcome}: {}", body["error"])),
+        }
+    }
+
+    async fn attempt_direct(&self, agent: &str, session: &mut Session, input: &str) -> Attempt {
+        let req = baton_api::agent_contract::TurnRequest {
+            session: session.id.clone(),
+            tenant: "bench".into(),
+            turn_seq: session.next_seq,
+            input: input.to_owned(),
+            state: session.state.clone(),
+            workspace_dir: std::env::temp_dir().join("baton-bench-direct").join(&session.id),
+        };
+        let url = format!(
+            "{}{}",
+            agent.trim_end_matches('/'),
+            baton_api::agent_contract::TURN_PATH
+        );
+        match self.http.post(url).json(&req).send().await {
+            Ok(a) if a.status().is_success() => {
+                match a.json::<baton_api::agent_contract::TurnResponse>().await {
+                    Ok(r) => {
+                        session.state = r.state;
+                        Attempt::Acknowledged("OK")
+                    }
+                    Err(e) => Attempt::Failed(format!("agent answer: {e}")),
+                }
+            }
+            Ok(a) => Attempt::Failed(format!("agent answered {}", a.status())),
+            Err(e) => Attempt::Failed(format!("agent: {e}")),
+        }
+    }
+
+    async fn run(self: Arc<Self>, mut sessions: Vec<Session>, stop: Arc<AtomicBool>) -> ClientResult {
+        let mut result = ClientResult {
+            latencies: Vec::new(),
+            outcomes: BTreeMap::new(),
+            retries: BTreeMap::new(),
+            failed: 0,
+            sessions: Vec::new(),
+        };
+        let mut i = 0;
+        while !stop.load(Ordering::Relaxed) && !sessions.is_empty() {
+            let idx = i % sessions.len();
+            i += 1;
+            let session = &mut sessions[idx];
+            let seq = session.next_seq;
+            let input = input_for(self.args.mix.pick(seq), &session.id, seq);
+            let started = Instant::now();
+            let mut tries = 0;
+            let outcome = loop {
+                match self.attempt(session, &input).await {
+                    Attempt::Acknowledged(o) => break Ok(o),
+                    Attempt::Failed(why) => break Err(why),
+                    Attempt::Retry(why) => {
+                        *result.retries.entry(why.clone()).or_default() += 1;
+                        tries += 1;
+                        if tries > self.args.max_retries {
+                            break Err(format!("gave up after {tries} retries ({why})"));
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            };
+            match outcome {
+                Ok(o) => {
+                    result.latencies.push(started.elapsed());
+                    *result.outcomes.entry(o.to_owned()).or_default() += 1;
+                    session.chain = chain(&session.chain, &input);
+                    session.acknowledged += 1;
+                    session.next_seq += 1;
+                }
+                Err(why) => {
+                    result.failed += 1;
+                    let label = why.split(':').next().unwrap_or("FAILED").to_owned();
+                    *result.outcomes.entry(label).or_default() += 1;
+                    eprintln!("baton bench: {} turn {seq} failed: {why}", session.id);
+                    // The turn's fate is unknown; this session is out of the
+                    // run so verification stays exact.
+                    result.sessions.push(sessions.swap_remove(idx));
+                }
+            }
+        }
+        result.sessions.extend(sessions);
+        result
+    }
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// Runs the benchmark and returns its report.
+pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
+    anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
+    anyhow::ensure!(
+        (1..=10_000).contains(&args.concurrency),
+        "--concurrency must be between 1 and 10000"
+    );
+    let prefix = args
+        .session_prefix
+        .clone()
+        .unwrap_or_else(|| format!("bench-{:08x}", rand::random::<u32>()));
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let client = Arc::new(Client {
+        http,
+        args: args.clone(),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut per_client: Vec<Vec<Session>> = (0..args.concurrency).map(|_| Vec::new()).collect();
+    for n in 0..args.sessions {
+        per_client[n % args.concurrency].push(Session {
+            id: format!("{prefix}-{n}"),
+            next_seq: 1,
+            chain: String::new(),
+            acknowledged: 0,
+            state: Value::Null,
+        });
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = per_client
+        .into_iter()
+        .map(|sessions| tokio::spawn(client.clone().run(sessions, stop.clone())))
+        .collect();
+    let bar = indicatif::ProgressBar::new(args.duration.as_secs().max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} s {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    while started.elapsed() < args.duration {
+        tokio::time::sleep(Duration::from_millis(250).min(args.duration)).await;
+        bar.set_position(started.elapsed().as_secs());
+    }
+    stop.store(true, Ordering::Relaxed);
+    bar.finish_and_clear();
+
+    let mut report = Report {
+        target: args.direct_agent.clone().unwrap_or_else(|| args.url.clone()),
+        sessions: args.sessions,
+        concurrency: args.concurrency,
+        ..Report::default()
+    };
+    let mut latencies = Vec::new();
+    let mut sessions = Vec::new();
+    for task in tasks {
+        let r = task.await.context("a client task panicked")?;
+        latencies.extend(r.latencies);
+        for (k, v) in r.outcomes {
+            *report.outcomes.entry(k).or_default() += v;
+        }
+        for (k, v) in r.retries {
+            *report.retries.entry(k).or_default() += v;
+        }
+        report.failed += r.failed;
+        sessions.extend(r.sessions);
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    latencies.sort();
+    report.acknowledged = latencies.len() as u64;
+    report.turns_per_second = report.acknowledged as f64 / report.seconds;
+    report.p50_ms = percentile(&latencies, 0.50);
+    report.p90_ms = percentile(&latencies, 0.90);
+    report.p99_ms = percentile(&latencies, 0.99);
+    if args.verify {
+        report.verify_errors = verify(&client, &sessions).await;
+        report.verified_sessions = Some(sessions.len());
+    }
+    Ok(report)
+}
+
+/// Checks each session's stored state against its acknowledged turns.
+async fn verify(client: &Client, sessions: &[Session]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for s in sessions.iter().filter(|s| s.acknowledged > 0) {
+        let req = client.http.get(format!(
+            "{}/v1/sessions/{}?state=true",
+            client.args.url.trim_end_matches('/'),
+            s.id
+        ));
+        let body: Value = match client.headers(req).send().await {
+            Ok(a) => a.json().await.unwrap_or(Value::Null),
+            Err(e) => {
+                errors.push(format!("{}: {e}", s.id));
+                continue;
+            }
+        };
+        let memory: Memory =
+            serde_json::from_value(body["state"]["payload"].clone()).unwrap_or_default();
+        if memory.turns != s.acknowledged || memory.history != s.chain {
+            errors.push(format!(
+                "{}: state holds {} turns (chain {}), {} were acknowledged (chain {})",
+                s.id,
+                memory.turns,
+                short(&memory.history),
+                s.acknowledged,
+                short(&s.chain)
+            ));
+        }
+    }
+    errors
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+/// The report as people read it.
+pub fn render(r: &Report) -> String {
+    let mut out = format!(
+        "target {}\n{} sessions, {} clients, {:.1} s\n\nacknowledged turns  {}\nturns/s             {:.0}\nlatency ms          p50 {:.2}  p90 {:.2}  p99 {:.2}\n",
+        r.target, r.sessions, r.concurrency, r.seconds, r.acknowledged, r.turns_per_second, r.p50_ms, r.p90_ms, r.p99_ms
+    );
+    out.push_str("outcomes           ");
+    for (k, v) in &r.outcomes {
+        out.push_str(&format!(" {k}={v}"));
+    }
+    out.push_str("\nretries            ");
+    if r.retries.is_empty() {
+        out.push_str(" none");
+    }
+    for (k, v) in &r.retries {
+        out.push_str(&format!(" {k}={v}"));
+    }
+    out.push_str(&format!("\nfailed              {}\n", r.failed));
+    if let Some(n) = r.verified_sessions {
+        if r.verify_errors.is_empty() {
+            out.push_str(&format!("verify              {n} sessions hold exactly their acknowledged turns\n"));
+        } else {
+            out.push_str(&format!("verify              {} of {n} sessions WRONG:\n", r.verify_errors.len()));
+            for e in r.verify_errors.iter().take(20) {
+                out.push_str(&format!("  {e}\n"));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixes_parse_and_spread_by_weight() {
+        let m = mix("chat:3,write:1").unwrap();
+        let writes = (0..4000).filter(|n| m.pick(*n) == TurnKind::Write).count();
+        assert!((800..1200).contains(&writes), "{writes}");
+        assert!(mix("chat").unwrap_err().contains("kind:weight"));
+        assert!(mix("shout:1").unwrap_err().contains("kinds are"));
+        assert!(mix("chat:0").unwrap_err().contains("not all be 0"));
+    }
+
+    #[test]
+    fn the_chain_matches_the_reference_agent() {
+        // The verification depends on computing the same chain as the agent.
+        let mut memory = Memory::default();
+        let mut expected = String::new();
+        for input in ["hello", "my name is Lin", "/write a.txt x"] {
+            memory = baton_agent::memory::respond(&memory, input).memory;
+            expected = chain(&expected, input);
+        }
+        assert_eq!(memory.history, expected);
+        assert_eq!(memory.turns, 3);
+    }
+}

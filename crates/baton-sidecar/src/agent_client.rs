@@ -1,0 +1,66 @@
+//! Calls the user's agent container through the agent contract.
+
+use std::time::Duration;
+
+use baton_api::agent_contract::{TURN_PATH, TurnRequest, TurnResponse};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentCallError {
+    #[error("the agent did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the agent is unreachable: {0}")]
+    Unreachable(String),
+    #[error("the agent answered {status}: {body}")]
+    Failed { status: u16, body: String },
+    #[error("the agent's answer is not the contract's {{reply, state}}: {0}")]
+    Malformed(String),
+}
+
+#[derive(Clone)]
+pub struct AgentClient {
+    http: reqwest::Client,
+    url: String,
+    timeout: Duration,
+}
+
+/// Longest part of an agent's error body quoted back to the client.
+const QUOTED_BODY_CHARS: usize = 512;
+
+impl AgentClient {
+    pub fn new(base_url: &str, timeout: Duration) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            url: format!("{}{TURN_PATH}", base_url.trim_end_matches('/')),
+            timeout,
+        }
+    }
+
+    pub async fn turn(&self, req: &TurnRequest) -> Result<TurnResponse, AgentCallError> {
+        let sent = self
+            .http
+            .post(&self.url)
+            .json(req)
+            .timeout(self.timeout)
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => return Err(AgentCallError::Timeout(self.timeout)),
+            Err(e) => return Err(AgentCallError::Unreachable(e.to_string())),
+        };
+        let status = response.status();
+        let body = match response.bytes().await {
+            Ok(b) => b,
+            Err(e) if e.is_timeout() => return Err(AgentCallError::Timeout(self.timeout)),
+            Err(e) => return Err(AgentCallError::Unreachable(e.to_string())),
+        };
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&body);
+            return Err(AgentCallError::Failed {
+                status: status.as_u16(),
+                body: text.chars().take(QUOTED_BODY_CHARS).collect(),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| AgentCallError::Malformed(e.to_string()))
+    }
+}

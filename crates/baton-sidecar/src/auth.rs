@@ -1,0 +1,126 @@
+//! Who is calling: a static list of bearer tokens, each bound to one tenant.
+//! Off by default (one machine, `baton dev`): then the tenant comes from a
+//! header and defaults to `default`.
+
+use std::collections::HashMap;
+
+use axum::http::HeaderMap;
+use baton_session::TenantId;
+
+/// Header naming the tenant when authentication is off.
+pub const TENANT_HEADER: &str = "x-baton-tenant";
+/// Tenant of requests that name none while authentication is off.
+pub const DEFAULT_TENANT: &str = "default";
+
+#[derive(Clone, Debug)]
+pub enum Auth {
+    Off,
+    Tokens(HashMap<String, TenantId>),
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing bearer token: send `Authorization: Bearer <token>`")]
+    Missing,
+    #[error("unknown bearer token")]
+    Unknown,
+    #[error("header {TENANT_HEADER}: {0}")]
+    BadTenant(String),
+}
+
+impl Auth {
+    /// Parses `token=tenant,token=tenant`; every problem names its entry.
+    pub fn parse(spec: Option<&str>) -> Result<Self, String> {
+        let Some(spec) = spec.filter(|s| !s.trim().is_empty()) else {
+            return Ok(Self::Off);
+        };
+        let mut tokens = HashMap::new();
+        for (i, entry) in spec.split(',').enumerate() {
+            let (token, tenant) = entry
+                .trim()
+                .split_once('=')
+                .ok_or_else(|| format!("BATON_AUTH_TOKENS entry {i}: expected token=tenant"))?;
+            if token.len() < 16 {
+                return Err(format!(
+                    "BATON_AUTH_TOKENS entry {i}: tokens must be at least 16 characters"
+                ));
+            }
+            let tenant = TenantId::new(tenant)
+                .map_err(|e| format!("BATON_AUTH_TOKENS entry {i}: tenant: {e}"))?;
+            tokens.insert(token.to_owned(), tenant);
+        }
+        Ok(Self::Tokens(tokens))
+    }
+
+    /// The tenant a request acts for.
+    pub fn tenant(&self, headers: &HeaderMap) -> Result<TenantId, AuthError> {
+        match self {
+            Self::Off => {
+                let name = headers
+                    .get(TENANT_HEADER)
+                    .map(|v| v.to_str().map_err(|_| AuthError::BadTenant("not ASCII".into())))
+                    .transpose()?
+                    .unwrap_or(DEFAULT_TENANT);
+                TenantId::new(name).map_err(|e| AuthError::BadTenant(e.to_string()))
+            }
+            Self::Tokens(tokens) => {
+                let token = headers
+                    .get(axum::http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .ok_or(AuthError::Missing)?;
+                tokens.get(token.trim()).cloned().ok_or(AuthError::Unknown)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn off_reads_the_tenant_header_or_defaults() {
+        let auth = Auth::parse(None).unwrap();
+        assert_eq!(auth.tenant(&headers(&[])).unwrap().as_str(), "default");
+        let acme = headers(&[(TENANT_HEADER, "acme")]);
+        assert_eq!(auth.tenant(&acme).unwrap().as_str(), "acme");
+        let hostile = headers(&[(TENANT_HEADER, "a{b}")]);
+        assert!(matches!(auth.tenant(&hostile), Err(AuthError::BadTenant(_))));
+    }
+
+    #[test]
+    fn tokens_map_to_their_tenant_and_nothing_else_passes() {
+        let auth = Auth::parse(Some("0123456789abcdef=acme, fedcba9876543210=globex")).unwrap();
+        let ok = headers(&[("authorization", "Bearer fedcba9876543210")]);
+        assert_eq!(auth.tenant(&ok).unwrap().as_str(), "globex");
+        assert_eq!(auth.tenant(&headers(&[])), Err(AuthError::Missing));
+        let wrong = headers(&[("authorization", "Bearer 0123456789abcdeX")]);
+        assert_eq!(auth.tenant(&wrong), Err(AuthError::Unknown));
+        // With tokens on, the tenant header cannot pick another tenant.
+        let spoof = headers(&[
+            ("authorization", "Bearer 0123456789abcdef"),
+            (TENANT_HEADER, "globex"),
+        ]);
+        assert_eq!(auth.tenant(&spoof).unwrap().as_str(), "acme");
+    }
+
+    #[test]
+    fn bad_token_lists_name_the_entry() {
+        assert!(Auth::parse(Some("short=acme")).unwrap_err().contains("entry 0"));
+        assert!(Auth::parse(Some("0123456789abcdef")).unwrap_err().contains("token=tenant"));
+        assert!(
+            Auth::parse(Some("0123456789abcdef=ok,0123456789abcdeg=a/b"))
+                .unwrap_err()
+                .contains("entry 1: tenant")
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! The sidecar's settings: the environment the operator injects into every
+//! pod (`BATON_*`), with an equivalent flag for each.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_api::constants::env;
+use baton_api::validate::parse_duration;
+
+fn duration(value: &str) -> Result<Duration, String> {
+    parse_duration(value)
+}
+
+/// Settings of one sidecar.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SidecarArgs {
+    /// This replica's name (the pod name under Kubernetes).
+    #[arg(long, env = env::REPLICA_ID)]
+    pub replica_id: String,
+
+    /// Address of the turn, admin, probe and metrics API.
+    #[arg(long, env = env::LISTEN, default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+
+    /// Base URL of the agent (the contract's `POST /v1/turn` is appended).
+    #[arg(long, env = env::AGENT_URL, default_value = "http://127.0.0.1:8080")]
+    pub agent_url: String,
+
+    /// Where session workspaces are materialised for the agent.
+    #[arg(long, env = env::WORKSPACE_DIR, default_value = ".baton/workspace")]
+    pub workspace_dir: PathBuf,
+
+    /// How long a turn's lease lasts without renewal.
+    #[arg(long, env = env::LEASE_TTL, default_value = "30s", value_parser = duration)]
+    pub lease_ttl: Duration,
+
+    /// How long an idle session's state is kept.
+    #[arg(long, env = env::STATE_TTL, default_value = "24h", value_parser = duration)]
+    pub state_ttl: Duration,
+
+    /// How often a running turn renews its lease (default: a third of the lease TTL).
+    #[arg(long, env = env::RENEW_INTERVAL, value_parser = duration)]
+    pub renew_interval: Option<Duration>,
+
+    /// How long a drain waits for in-flight turns before aborting them.
+    #[arg(long, env = env::DRAIN_TIMEOUT, default_value = "30s", value_parser = duration)]
+    pub drain_timeout: Duration,
+
+    /// How often this replica refreshes its liveness key; its leases are
+    /// free three missed beats after it dies.
+    #[arg(long, env = env::HEARTBEAT_INTERVAL, default_value = "250ms", value_parser = duration)]
+    pub heartbeat_interval: Duration,
+
+    /// Longest an agent call may take before the turn is aborted (504).
+    #[arg(long, env = "BATON_AGENT_TIMEOUT", default_value = "10m", value_parser = duration)]
+    pub agent_timeout: Duration,
+
+    /// Redis URL of the coordination store. With it, `--database-url` is required.
+    #[arg(long, env = env::REDIS_URL)]
+    pub redis_url: Option<String>,
+
+    /// Postgres URL of the turn ledger (with `--redis-url`).
+    #[arg(long, env = env::DATABASE_URL)]
+    pub database_url: Option<String>,
+
+    /// Embedded store (no servers): SQLite database file shared by every
+    /// replica process of the machine. Used when `--redis-url` is absent.
+    #[arg(long, env = "BATON_SQLITE_PATH", default_value = ".baton/baton.db")]
+    pub sqlite_path: PathBuf,
+
+    /// S3-compatible endpoint of the workspace store; without it, workspaces
+    /// are kept in `--objects-dir`.
+    #[arg(long, env = env::S3_ENDPOINT)]
+    pub s3_endpoint: Option<String>,
+
+    #[arg(long, env = env::S3_BUCKET, default_value = "baton")]
+    pub s3_bucket: String,
+
+    #[arg(long, env = env::S3_REGION, default_value = "us-east-1")]
+    pub s3_region: String,
+
+    #[arg(long, env = env::S3_ACCESS_KEY_ID, default_value = "")]
+    pub s3_access_key_id: String,
+
+    #[arg(long, env = env::S3_SECRET_ACCESS_KEY, default_value = "", hide_env_values = true)]
+    pub s3_secret_access_key: String,
+
+    /// Path-style addressing (MinIO, SeaweedFS).
+    #[arg(long, env = env::S3_FORCE_PATH_STYLE, default_value_t = true, action = clap::ArgAction::Set)]
+    pub s3_force_path_style: bool,
+
+    /// Local object directory for workspaces when no S3 endpoint is set.
+    #[arg(long, env = "BATON_OBJECTS_DIR", default_value = ".baton/objects")]
+    pub objects_dir: PathBuf,
+
+    /// Bearer tokens allowed to call the turn and admin APIs, as
+    /// `token=tenant` pairs separated by commas. Without it, authentication
+    /// is off and the tenant comes from the `X-Baton-Tenant` header
+    /// (default `default`).
+    #[arg(long, env = "BATON_AUTH_TOKENS", hide_env_values = true)]
+    pub auth_tokens: Option<String>,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Largest turn input accepted, in bytes.
+    #[arg(long, env = "BATON_MAX_INPUT_BYTES", default_value_t = 256 * 1024)]
+    pub max_input_bytes: usize,
+}
+
+impl SidecarArgs {
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval.unwrap_or(self.lease_ttl / 3)
+    }
+
+    /// A heartbeat key lives three beats: one or two lost writes do not
+    /// make a live replica look dead.
+    pub fn heartbeat_ttl(&self) -> Duration {
+        self.heartbeat_interval * 3
+    }
+
+    /// Rules the flags cannot express; every violation names its setting.
+    pub fn check(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if self.lease_ttl < Duration::from_secs(1) {
+            problems.push(format!("{}: must be at least 1s", env::LEASE_TTL));
+        }
+        if self.renew_interval() >= self.lease_ttl || self.renew_interval().is_zero() {
+            problems.push(format!(
+                "{}: must be greater than 0 and shorter than {}",
+                env::RENEW_INTERVAL,
+                env::LEASE_TTL
+            ));
+        }
+        if self.heartbeat_interval < Duration::from_millis(50)
+            || self.heartbeat_interval >= self.lease_ttl
+        {
+            problems.push(format!(
+                "{}: must be at least 50ms and shorter than {}",
+                env::HEARTBEAT_INTERVAL,
+                env::LEASE_TTL
+            ));
+        }
+        if self.redis_url.is_some() != self.database_url.is_some() {
+            problems.push(format!(
+                "{} and {}: give both (Redis coordinates, Postgres keeps the ledger) or neither (embedded SQLite)",
+                env::REDIS_URL,
+                env::DATABASE_URL
+            ));
+        }
+        if let Err(e) = reqwest::Url::parse(&self.agent_url) {
+            problems.push(format!("{}: {e}", env::AGENT_URL));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! One turn, end to end: begin (lease + state), materialise the workspace,
+//! call the agent while renewing the lease, snapshot the workspace, commit.
+//! Generic over the store, so the same code runs on Redis + Postgres and on
+//! the embedded SQLite backend.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use baton_api::agent_contract::TurnRequest;
+use baton_session::turn_record::{digest, now_ms};
+use baton_session::workspace::{WorkspaceError, WorkspaceStore};
+use baton_session::{
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ReplicaId, SessionKey,
+    StoreError, TurnStore,
+};
+use bytes::Bytes;
+use tracing::Instrument;
+
+use crate::agent_client::{AgentCallError, AgentClient};
+use crate::inflight::InFlight;
+use crate::metrics::Metrics;
+
+/// The timings a turn runs with.
+#[derive(Clone, Debug)]
+pub struct Timings {
+    pub lease_ttl: Duration,
+    pub state_ttl: Duration,
+    pub renew_interval: Duration,
+    pub drain_timeout: Duration,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_ttl: Duration,
+}
+
+/// A turn the client asked for.
+#[derive(Clone, Debug)]
+pub struct TurnAsk {
+    pub key: SessionKey,
+    pub input: String,
+    pub turn_seq: Option<u64>,
+    /// How long to wait for a busy lease before answering BUSY.
+    pub wait: Duration,
+}
+
+/// A turn's successful answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnAnswer {
+    pub reply: String,
+    pub turn_seq: u64,
+    pub version: u64,
+    /// The stored result of a turn that already committed, not a re-run.
+    pub duplicate: bool,
+}
+
+/// Every way a turn can end without committing. Nothing was written for any
+/// of them.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error("session {session} is busy: {owner} holds its lease")]
+    Busy {
+        session: SessionKey,
+        owner: String,
+        retry_after: Duration,
+    },
+    #[error("the state moved to version {current_version} under this turn; nothing was written")]
+    Conflict { current_version: u64 },
+    #[error("this turn lost its lease (expired or taken over); nothing was written")]
+    LeaseLost,
+    #[error("turnSeq skips ahead: the next one is {next_turn_seq}")]
+    Gap { next_turn_seq: u64 },
+    #[error(
+        "turnSeq is at or below the last committed one ({last_turn_seq}) and its result is no longer kept"
+    )]
+    Stale { last_turn_seq: u64 },
+    #[error(
+        "the coordination store lost this session's state (the ledger knows version {last_version} and has no copy)"
+    )]
+    StateLost { last_version: u64 },
+    #[error("this replica is draining; retry on another")]
+    Draining,
+    #[error("the turn was aborted at the drain timeout; retry on another replica")]
+    AbortedByDrain,
+    #[error("{0}")]
+    Agent(AgentCallError),
+    #[error("the agent's new state is not usable: {0}")]
+    BadAgentState(String),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("workspace store: {0}")]
+    Workspace(#[from] WorkspaceError),
+}
+
+impl TurnError {
+    /// The outcome name of DESIGN.md, for bodies, logs and metrics.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Self::Busy { .. } => "BUSY",
+            Self::Conflict { .. } => "CONFLICT",
+            Self::LeaseLost => "LEASE_LOST",
+            Self::Gap { .. } => "GAP",
+            Self::Stale { .. } => "STALE",
+            Self::StateLost { .. } => "STATE_LOST",
+            Self::Draining | Self::AbortedByDrain => "DRAINING",
+            Self::Agent(AgentCallError::Timeout(_)) => "AGENT_TIMEOUT",
+            Self::Agent(_) | Self::BadAgentState(_) => "AGENT_FAILED",
+            Self::Store(StoreError::TooLarge { .. }) => "TOO_LARGE",
+            Self::Store(_) | Self::Workspace(_) => "STORE_UNAVAILABLE",
+        }
+    }
+}
+
+pub struct Engine<S> {
+    pub store: S,
+    pub workspaces: WorkspaceStore,
+    agent: AgentClient,
+    /// The replica's name (pod name).
+    pub replica: String,
+    /// This process's identity in leases and heartbeats: the replica name
+    /// plus a per-start suffix, so a replica restarted under the same name
+    /// does not revive the dead process's leases with its heartbeat.
+    pub holder: ReplicaId,
+    pub timings: Timings,
+    workspace_root: PathBuf,
+    pub inflight: InFlight,
+    pub metrics: Metrics,
+    /// Unix ms of the last store call that answered (heartbeats included).
+    store_ok_at_ms: AtomicU64,
+}
+
+/// How a running agent call ended.
+enum Ran {
+    Answered(Result<baton_api::agent_contract::TurnResponse, AgentCallError>),
+    LeaseLost,
+    Aborted,
+}
+
+impl<S: TurnStore + 'static> Engine<S> {
+    pub fn new(
+        store: S,
+        workspaces: WorkspaceStore,
+        agent: AgentClient,
+        replica: &str,
+        timings: Timings,
+        workspace_root: PathBuf,
+    ) -> Result<Self, String> {
+        let suffix: u32 = rand::random();
+        let holder = ReplicaId::new(&format!("{replica}-{:06x}", suffix & 0xff_ffff))
+            .map_err(|e| format!("replica id: {e}"))?;
+        Ok(Self {
+            store,
+            workspaces,
+            agent,
+            replica: replica.to_owned(),
+            holder,
+            timings,
+            workspace_root,
+            inflight: InFlight::default(),
+            metrics: Metrics::default(),
+            store_ok_at_ms: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether the stores answered within the last three heartbeats.
+    pub fn stores_answer(&self) -> bool {
+        let at = self.store_ok_at_ms.load(Ordering::Relaxed);
+        now_ms().saturating_sub(at) <= self.timings.heartbeat_ttl.as_millis() as u64
+    }
+
+    /// One heartbeat: marks this process alive for the heartbeat TTL.
+    pub async fn heartbeat(&self) -> Result<(), StoreError> {
+        self.store
+            .heartbeat(&self.holder, self.timings.heartbeat_ttl)
+            .await?;
+        self.store_ok_at_ms.store(now_ms(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Beats until the process ends.
+    pub async fn heartbeat_forever(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.timings.heartbeat_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.heartbeat().await {
+                tracing::warn!(replica = %self.holder, error = %e, "heartbeat failed");
+            }
+        }
+    }
+
+    fn workspace_dir(&self, key: &SessionKey) -> PathBuf {
+        // Ids are checked ([A-Za-z0-9._-], not `.` or `..`), so both are
+        // plain path components.
+        self.workspace_root
+            .join(key.tenant.as_str())
+            .join(key.session.as_str())
+    }
+
+    /// Runs one turn and records its outcome in the metrics.
+    pub async fn turn(&self, ask: TurnAsk) -> Result<TurnAnswer, TurnError> {
+        let started = Instant::now();
+        let span = tracing::info_span!("turn", session = %ask.key, replica = %self.holder);
+        let result = self.run(&ask).instrument(span.clone()).await;
+        let outcome = match &result {
+            Ok(a) if a.duplicate => "DUPLICATE",
+            Ok(_) => "OK",
+            Err(e) => e.outcome(),
+        };
+        self.metrics
+            .turn(&outcome.to_ascii_lowercase(), started.elapsed());
+        span.in_scope(|| match &result {
+            Ok(a) => tracing::info!(
+                outcome,
+                version = a.version,
+                turn_seq = a.turn_seq,
+                ms = started.elapsed().as_millis() as u64,
+                "turn answered"
+            ),
+            Err(e) => tracing::info!(outcome, error = %e, "turn refused"),
+        });
+        result
+    }
+
+    async fn timed<T>(&self, step: &str, f: impl Future<Output = T>) -> T {
+        let t = Instant::now();
+        let out = f.await;
+        self.metrics.protocol(step, t.elapsed());
+        out
+    }
+
+    async fn run(&self, ask: &TurnAsk) -> Result<TurnAnswer, TurnError> {
+        if self.inflight.is_draining() {
+            return Err(TurnError::Draining);
+        }
+        let deadline = Instant::now() + ask.wait;
+        let begin = BeginRequest {
+            key: ask.key.clone(),
+            replica: self.holder.clone(),
+            turn_seq: ask.turn_seq,
+            cached_version: None,
+            lease_ttl: self.timings.lease_ttl,
+            state_ttl: self.timings.state_ttl,
+        };
+        let mut backoff = Duration::from_millis(5);
+        let (mut slot, lease, state) = loop {
+            // One local turn per session; a second one waits like a busy lease.
+            let outcome = match self.inflight.enter(&ask.key, ask.turn_seq) {
+                Some(slot) => match self.timed("begin", self.store.begin(&begin)).await? {
+                    BeginOutcome::Granted { lease, state } => break (slot, lease, state),
+                    other => other,
+                },
+                None => BeginOutcome::Busy {
+                    owner: self.holder.to_string(),
+                    retry_after: Duration::from_millis(100),
+                },
+            };
+            match outcome {
+                BeginOutcome::Granted { .. } => unreachable!("handled above"),
+                BeginOutcome::Duplicate(result) => {
+                    return Ok(TurnAnswer {
+                        reply: String::from_utf8_lossy(&result.reply).into_owned(),
+                        turn_seq: result.turn_seq,
+                        version: result.version,
+                        duplicate: true,
+                    });
+                }
+                BeginOutcome::Busy { owner, retry_after } => {
+                    let now = Instant::now();
+                    if now + backoff >= deadline || self.inflight.is_draining() {
+                        return Err(TurnError::Busy {
+                            session: ask.key.clone(),
+                            owner,
+                            retry_after,
+                        });
+                    }
+                    // Waiting for the holder to commit: poll the lease with a
+                    // growing pause, never past the caller's deadline.
+                    tokio::time::sleep(backoff.min(deadline - now)).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                }
+                BeginOutcome::Gap { next_turn_seq } => return Err(TurnError::Gap { next_turn_seq }),
+                BeginOutcome::Stale { last_turn_seq } => {
+                    return Err(TurnError::Stale { last_turn_seq });
+                }
+                BeginOutcome::StateLost { last_version } => {
+                    return Err(TurnError::StateLost { last_version });
+                }
+            }
+        };
+        slot.granted(lease.fence, lease.turn_seq);
+        self.metrics.leases_held.inc();
+        self.metrics.in_flight.inc();
+        let result = self.with_lease(ask, &lease, state, &mut slot.abort).await;
+        self.metrics.leases_held.dec();
+        self.metrics.in_flight.dec();
+        if result.is_err() {
+            // Release what we hold so the next turn need not wait for the
+            // TTL; a lease we already lost is not ours to release.
+            if let Err(e) = self.timed("abort", self.store.abort(&lease)).await {
+                tracing::warn!(error = %e, fence = lease.fence, "abort failed; the lease expires on its own");
+            }
+        }
+        result
+    }
+
+    async fn with_lease(
+        &self,
+        ask: &TurnAsk,
+        lease: &Lease,
+        state: baton_session::SessionState,
+        abort: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<TurnAnswer, TurnError> {
+        let started_at_ms = now_ms();
+        tracing::debug!(
+            version = lease.version,
+            fence = lease.fence,
+            turn_seq = lease.turn_seq,
+            "lease granted"
+        );
+        let dir = self.workspace_dir(&lease.key);
+        let materialized = self
+            .workspaces
+            .materialize(state.workspace.as_deref(), &dir)
+            .await?;
+        let payload = state.payload.unwrap_or_default();
+        let agent_state = if payload.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice(&payload).map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "{}: stored state is not JSON: {e}",
+                    lease.key
+                ))
+            })?
+        };
+        let request = TurnRequest {
+            session: lease.key.session.to_string(),
+            tenant: lease.key.tenant.to_string(),
+            turn_seq: lease.turn_seq,
+            input: ask.input.clone(),
+            state: agent_state,
+            workspace_dir: dir.clone(),
+        };
+
+        let ran = tokio::select! {
+            answered = self.agent.turn(&request) => Ran::Answered(answered),
+            () = self.renew_until_lost(lease) => Ran::LeaseLost,
+            _ = abort.wait_for(|a| *a) => Ran::Aborted,
+        };
+        let response = match ran {
+            Ran::Answered(r) => r.map_err(TurnError::Agent)?,
+            Ran::LeaseLost => return Err(TurnError::LeaseLost),
+            Ran::Aborted => return Err(TurnError::AbortedByDrain),
+        };
+        let new_payload = Bytes::from(
+            serde_json::to_vec(&response.state)
+                .map_err(|e| TurnError::BadAgentState(e.to_string()))?,
+        );
+        if new_payload.len() > baton_session::MAX_PAYLOAD_BYTES {
+            return Err(TurnError::BadAgentState(format!(
+                "it is {} bytes; the limit is {}",
+                new_payload.len(),
+                baton_session::MAX_PAYLOAD_BYTES
+            )));
+        }
+        let new_version = lease.version + 1;
+        let workspace = match self
+            .workspaces
+            .snapshot(
+                &dir,
+                &materialized.manifest,
+                &lease.key,
+                new_version,
+                lease.fence,
+            )
+            .await?
+        {
+            Some(reference) => Some(reference),
+            None => state.workspace,
+        };
+        let commit = CommitRequest {
+            lease: lease.clone(),
+            expected_version: lease.version,
+            payload: new_payload,
+            workspace,
+            reply: Bytes::from(response.reply.clone()),
+            state_ttl: self.timings.state_ttl,
+            started_at_ms,
+            input_digest: digest(ask.input.as_bytes()),
+        };
+        match self.timed("commit", self.store.commit(&commit)).await? {
+            CommitOutcome::Committed { version } => Ok(TurnAnswer {
+                reply: response.reply,
+                turn_seq: lease.turn_seq,
+                version,
+                duplicate: false,
+            }),
+            CommitOutcome::LeaseLost => Err(TurnError::LeaseLost),
+            CommitOutcome::Conflict { current_version } => {
+                Err(TurnError::Conflict { current_version })
+            }
+        }
+    }
+
+    /// Renews `lease` every renew interval; returns once it is lost. Store
+    /// errors are retried until the lease would have expired anyway.
+    async fn renew_until_lost(&self, lease: &Lease) {
+        let mut renewed_at = Instant::now();
+        loop {
+            tokio::time::sleep(self.timings.renew_interval).await;
+            match self
+                .timed(
+                    "renew",
+                    self.store.renew(lease, self.timings.lease_ttl),
+                )
+                .await
+            {
+                Ok(true) => renewed_at = Instant::now(),
+                Ok(false) => {
+                    tracing::warn!(fence = lease.fence, "lease lost while the agent ran");
+                    return;
+                }
+                Err(e) if renewed_at.elapsed() >= self.timings.lease_ttl => {
+                    tracing::warn!(error = %e, "lease expired: renewals failed for a whole TTL");
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "renew failed; retrying"),
+            }
+        }
+    }
+
+    /// Starts draining (once): new turns are refused; running ones get
+    /// `drain_timeout` to finish, then are aborted so another replica can
+    /// take their sessions.
+    pub fn start_drain(self: &Arc<Self>) {
+        if !self.inflight.start_drain() {
+            return;
+        }
+        tracing::info!(replica = %self.replica, in_flight = self.inflight.len(), "draining");
+        let engine = self.clone();
+        tokio::spawn(async move {
+            if !engine
+                .inflight
+                .wait_empty(engine.timings.drain_timeout)
+                .await
+            {
+                let aborted = engine.inflight.abort_all();
+                tracing::warn!(aborted, "drain timeout: aborting the turns still running");
+            }
+        });
+    }
+
+    /// Waits until the drain finished: no turn runs any more.
+    pub async fn drained(&self) {
+        // The drain task aborts everything at the drain timeout; aborted
+        // turns release their leases promptly.
+        while !self
+            .inflight
+            .wait_empty(self.timings.drain_timeout + Duration::from_secs(5))
+            .await
+        {
+            self.inflight.abort_all();
+        }
+    }
+}

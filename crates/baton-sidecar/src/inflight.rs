@@ -1,0 +1,201 @@
+//! The turns this replica is running, and the drain that waits for them.
+//!
+//! At most one local turn per session: a turn that was fenced out (taken
+//! over) may still be inside its agent call, and the next turn of that
+//! session must not materialise the workspace under its feet.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use baton_session::SessionKey;
+use serde::Serialize;
+use tokio::sync::watch;
+
+/// One running turn, as `/v1/admin/status` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnInFlight {
+    pub tenant: String,
+    pub session: String,
+    pub turn_seq: Option<u64>,
+    pub fence: Option<u64>,
+    pub running_ms: u64,
+}
+
+struct Entry {
+    turn_seq: Option<u64>,
+    fence: Option<u64>,
+    started: Instant,
+    /// Set to true to abort the turn (drain timeout).
+    abort: watch::Sender<bool>,
+}
+
+pub struct InFlight {
+    turns: Mutex<HashMap<SessionKey, Entry>>,
+    count: watch::Sender<usize>,
+    draining: AtomicBool,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self {
+            turns: Mutex::new(HashMap::new()),
+            count: watch::channel(0).0,
+            draining: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Removes its turn from the registry when dropped, however the turn ends.
+pub struct Slot<'a> {
+    registry: &'a InFlight,
+    key: SessionKey,
+    /// Becomes true when the turn must abort.
+    pub abort: watch::Receiver<bool>,
+}
+
+impl Slot<'_> {
+    /// Records the lease the turn got, for the status page.
+    pub fn granted(&self, fence: u64, turn_seq: u64) {
+        if let Some(e) = self.registry.lock().get_mut(&self.key) {
+            e.fence = Some(fence);
+            e.turn_seq = Some(turn_seq);
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut turns = self.registry.lock();
+        turns.remove(&self.key);
+        self.registry.count.send_replace(turns.len());
+    }
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, Entry>> {
+        // A panic while holding this lock leaves a consistent map.
+        self.turns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a turn of `key`; `None` if this replica already runs one
+    /// for that session.
+    pub fn enter(&self, key: &SessionKey, turn_seq: Option<u64>) -> Option<Slot<'_>> {
+        let mut turns = self.lock();
+        if turns.contains_key(key) {
+            return None;
+        }
+        let (abort, receiver) = watch::channel(false);
+        turns.insert(
+            key.clone(),
+            Entry {
+                turn_seq,
+                fence: None,
+                started: Instant::now(),
+                abort,
+            },
+        );
+        self.count.send_replace(turns.len());
+        Some(Slot {
+            registry: self,
+            key: key.clone(),
+            abort: receiver,
+        })
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Marks the replica draining; true if it was not already.
+    pub fn start_drain(&self) -> bool {
+        !self.draining.swap(true, Ordering::SeqCst)
+    }
+
+    pub fn len(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn snapshot(&self) -> Vec<TurnInFlight> {
+        let mut list: Vec<_> = self
+            .lock()
+            .iter()
+            .map(|(key, e)| TurnInFlight {
+                tenant: key.tenant.to_string(),
+                session: key.session.to_string(),
+                turn_seq: e.turn_seq,
+                fence: e.fence,
+                running_ms: e.started.elapsed().as_millis() as u64,
+            })
+            .collect();
+        list.sort_by(|a, b| (&a.tenant, &a.session).cmp(&(&b.tenant, &b.session)));
+        list
+    }
+
+    /// Waits until no turn runs, at most `timeout`; true if none runs.
+    pub async fn wait_empty(&self, timeout: Duration) -> bool {
+        let mut count = self.count.subscribe();
+        tokio::time::timeout(timeout, count.wait_for(|n| *n == 0))
+            .await
+            .is_ok()
+    }
+
+    /// Tells every running turn to abort; returns how many were told.
+    pub fn abort_all(&self) -> usize {
+        let turns = self.lock();
+        for e in turns.values() {
+            e.abort.send_replace(true);
+        }
+        turns.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> SessionKey {
+        SessionKey::new("t", s).unwrap()
+    }
+
+    #[test]
+    fn one_local_turn_per_session_and_slots_free_on_drop() {
+        let reg = InFlight::default();
+        let a = reg.enter(&key("a"), None).unwrap();
+        assert!(reg.enter(&key("a"), Some(2)).is_none());
+        let b = reg.enter(&key("b"), Some(1)).unwrap();
+        assert_eq!(reg.len(), 2);
+        a.granted(7, 3);
+        let snap = reg.snapshot();
+        assert_eq!((snap[0].fence, snap[0].turn_seq), (Some(7), Some(3)));
+        drop(a);
+        assert!(reg.enter(&key("a"), None).is_some());
+        drop(b);
+        assert!(reg.is_empty());
+    }
+
+    #[tokio::test]
+    async fn abort_all_reaches_running_turns_and_wait_empty_sees_them_leave() {
+        let reg = std::sync::Arc::new(InFlight::default());
+        let r = reg.clone();
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let turn = tokio::spawn(async move {
+            let mut slot = r.enter(&key("a"), None).unwrap();
+            entered_tx.send(()).unwrap();
+            slot.abort.wait_for(|a| *a).await.unwrap();
+        });
+        entered_rx.await.unwrap();
+        assert!(!reg.wait_empty(Duration::from_millis(20)).await);
+        assert_eq!(reg.abort_all(), 1);
+        assert!(reg.wait_empty(Duration::from_secs(10)).await);
+        turn.await.unwrap();
+        assert!(reg.start_drain());
+        assert!(!reg.start_drain());
+    }
+}
