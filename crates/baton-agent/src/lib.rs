@@ -39,6 +39,9 @@ pub struct AgentConfig {
 struct Agent {
     config: AgentConfig,
     rng: AtomicU64,
+    /// Turns this process ran (each call of the contract), for tests that
+    /// check a retried turn never runs the agent twice.
+    turns_run: AtomicU64,
 }
 
 impl Agent {
@@ -93,6 +96,7 @@ async fn turn(
             )
         })?,
     };
+    agent.turns_run.fetch_add(1, Ordering::Relaxed);
     let outcome = respond(&memory, &req.input);
     let delay = agent.config.delay + outcome.delay;
     if !delay.is_zero() {
@@ -133,10 +137,17 @@ async fn turn(
 pub fn router(config: AgentConfig) -> Router {
     let agent = Arc::new(Agent {
         rng: AtomicU64::new(config.seed),
+        turns_run: AtomicU64::new(0),
         config,
     });
     Router::new()
-        .route("/v1/turn", post(turn))
+        .route(baton_api::agent_contract::TURN_PATH, post(turn))
+        .route(
+            "/v1/stats",
+            get(|State(agent): State<Arc<Agent>>| async move {
+                Json(serde_json::json!({ "turnsRun": agent.turns_run.load(Ordering::Relaxed) }))
+            }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(16 * 1024 * 1024))
         .with_state(agent)

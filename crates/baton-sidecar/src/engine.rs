@@ -267,10 +267,12 @@ impl<S: TurnStore + 'static> Engine<S> {
                 BeginOutcome::Busy { owner, retry_after } => {
                     let now = Instant::now();
                     if now + backoff >= deadline || self.inflight.is_draining() {
+                        // The holder may have just died: that shows one
+                        // heartbeat TTL later, so never hint a longer wait.
                         return Err(TurnError::Busy {
                             session: ask.key.clone(),
                             owner,
-                            retry_after,
+                            retry_after: retry_after.min(self.timings.heartbeat_ttl),
                         });
                     }
                     // Waiting for the holder to commit: poll the lease with a

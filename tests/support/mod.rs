@@ -1,0 +1,406 @@
+//! Live `baton dev` clusters for the acceptance tests: real replica
+//! processes (sidecar + reference agent), on the embedded stores or on real
+//! Redis + Postgres + SeaweedFS started by the test itself.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use baton_testkit::{PostgresServer, RedisServer, S3Server, free_port, poll_async};
+use serde_json::{Value, json};
+
+/// The acceptance tests run one at a time: each starts several processes,
+/// and the machines have two cores.
+pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
+
+/// Which stores a cluster runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stores {
+    /// SQLite + a local directory: what `baton dev` uses by default.
+    Embedded,
+    /// Real Redis, Postgres and SeaweedFS (S3), each started for the test.
+    Real,
+}
+
+/// Servers behind a `Stores::Real` cluster; dropped with it.
+struct RealStores {
+    _redis: RedisServer,
+    _postgres: PostgresServer,
+    _s3: S3Server,
+    args: Vec<String>,
+}
+
+fn real_stores() -> RealStores {
+    let redis = RedisServer::start();
+    let postgres = PostgresServer::start();
+    let database = postgres.create_database("baton");
+    let s3 = S3Server::start("baton");
+    let args = vec![
+        format!("--redis-url={}", redis.url()),
+        format!("--database-url={database}"),
+        format!("--s3-endpoint={}", s3.endpoint()),
+        "--s3-bucket=baton".into(),
+        format!("--s3-access-key-id={}", baton_testkit::S3_ACCESS_KEY_ID),
+        format!(
+            "--s3-secret-access-key={}",
+            baton_testkit::S3_SECRET_ACCESS_KEY
+        ),
+    ];
+    RealStores {
+        _redis: redis,
+        _postgres: postgres,
+        _s3: s3,
+        args,
+    }
+}
+
+/// A running `baton dev`; stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Cluster {
+    pub url: String,
+    pub data_dir: PathBuf,
+    child: Child,
+    _dir: tempfile::TempDir,
+    _stores: Option<RealStores>,
+    pub http: reqwest::Client,
+}
+
+pub struct ClusterOptions {
+    pub stores: Stores,
+    pub replicas: usize,
+    pub lease_ttl: &'static str,
+    pub heartbeat_interval: &'static str,
+    pub drain_timeout: &'static str,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            stores: Stores::Embedded,
+            replicas: 2,
+            lease_ttl: "30s",
+            heartbeat_interval: "250ms",
+            drain_timeout: "10s",
+        }
+    }
+}
+
+/// Sends `signal` (e.g. "KILL", "STOP", "CONT") to `pid`.
+pub fn signal(pid: u64, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+impl Cluster {
+    pub async fn start(stores: Stores) -> Self {
+        Self::start_with(ClusterOptions {
+            stores,
+            ..ClusterOptions::default()
+        })
+        .await
+    }
+
+    pub async fn start_with(options: ClusterOptions) -> Self {
+        let real = (options.stores == Stores::Real).then(real_stores);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("dev.log")).expect("log file");
+        let mut cmd = Command::new(BATON);
+        cmd.arg("dev")
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg(format!("--replicas={}", options.replicas))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg(format!("--lease-ttl={}", options.lease_ttl))
+            .arg(format!("--heartbeat-interval={}", options.heartbeat_interval))
+            .arg(format!("--drain-timeout={}", options.drain_timeout));
+        if let Some(real) = &real {
+            cmd.args(&real.args);
+        }
+        let child = cmd
+            .env("BATON_EXIT_WITH_PARENT", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("baton dev starts");
+        let cluster = Self {
+            url: format!("http://127.0.0.1:{port}"),
+            data_dir: dir.path().join("data"),
+            child,
+            _dir: dir,
+            _stores: real,
+            http: reqwest::Client::new(),
+        };
+        cluster.wait_ready().await;
+        cluster
+    }
+
+    /// Waits until every replica is ready.
+    pub async fn wait_ready(&self) {
+        poll_async(Duration::from_secs(60), "every replica ready", || async {
+            let replicas = self.replicas().await.ok()?;
+            replicas
+                .iter()
+                .all(|r| r["ready"] == json!(true))
+                .then_some(())
+        })
+        .await;
+    }
+
+    pub async fn replicas(&self) -> Result<Vec<Value>, reqwest::Error> {
+        self.http
+            .get(format!("{}/v1/dev/replicas", self.url))
+            .send()
+            .await?
+            .json()
+            .await
+    }
+
+    pub async fn replica(&self, id: &str) -> Value {
+        self.replicas()
+            .await
+            .expect("replica list")
+            .into_iter()
+            .find(|r| r["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no replica {id}"))
+    }
+
+    /// `POST /api/chat` through the front door: (HTTP status, body).
+    pub async fn chat(&self, session: &str, input: &str) -> (u16, Value) {
+        self.post(
+            &format!("{}/api/chat", self.url),
+            &json!({ "sessionId": session, "input": input }),
+        )
+        .await
+    }
+
+    /// `POST /v1/sessions/{session}/turns` on `base` (front door or a replica).
+    pub async fn turn_on(&self, base: &str, session: &str, body: &Value, query: &str) -> (u16, Value) {
+        self.post(&format!("{base}/v1/sessions/{session}/turns{query}"), body)
+            .await
+    }
+
+    pub async fn post(&self, url: &str, body: &Value) -> (u16, Value) {
+        let answer = self
+            .http
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        let status = answer.status().as_u16();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `GET /v1/sessions/{session}?state=true`.
+    pub async fn session(&self, session: &str) -> Value {
+        self.http
+            .get(format!("{}/v1/sessions/{session}?state=true", self.url))
+            .send()
+            .await
+            .expect("session view")
+            .json()
+            .await
+            .expect("session JSON")
+    }
+
+    pub async fn file(&self, session: &str, name: &str) -> (u16, String) {
+        let answer = self
+            .http
+            .get(format!("{}/v1/sessions/{session}/files/{name}", self.url))
+            .send()
+            .await
+            .expect("file download");
+        (answer.status().as_u16(), answer.text().await.unwrap_or_default())
+    }
+
+    /// Waits until `session` has a lease; returns its owner (a holder id,
+    /// `<replica>-<suffix>`).
+    pub async fn lease_owner(&self, session: &str) -> String {
+        poll_async(Duration::from_secs(10), "the turn to hold a lease", || async {
+            let view = self.session(session).await;
+            view["lease"]["owner"].as_str().map(str::to_owned)
+        })
+        .await
+    }
+
+    /// The replica (id, sidecar URL, pid) whose process holds `holder`.
+    pub async fn replica_of(&self, holder: &str) -> (String, String, u64) {
+        let replicas = self.replicas().await.expect("replica list");
+        let r = replicas
+            .iter()
+            .find(|r| {
+                holder
+                    .strip_prefix(r["id"].as_str().unwrap_or("?"))
+                    .is_some_and(|rest| rest.starts_with('-'))
+            })
+            .unwrap_or_else(|| panic!("no replica holds {holder}"));
+        (
+            r["id"].as_str().unwrap().to_owned(),
+            r["url"].as_str().unwrap().to_owned(),
+            r["pid"].as_u64().expect("replica runs"),
+        )
+    }
+
+    /// Turns the agents of every replica ran (their `/v1/stats`).
+    pub async fn agent_turns_run(&self) -> u64 {
+        let mut total = 0;
+        for r in self.replicas().await.expect("replica list") {
+            let stats: Value = self
+                .http
+                .get(format!("{}/v1/stats", r["agentUrl"].as_str().unwrap()))
+                .send()
+                .await
+                .expect("agent stats")
+                .json()
+                .await
+                .expect("stats JSON");
+            total += stats["turnsRun"].as_u64().unwrap();
+        }
+        total
+    }
+
+    /// Runs `baton bench` against the front door and returns its JSON report.
+    pub fn bench(&self, extra: &[&str]) -> std::process::Child {
+        Command::new(BATON)
+            .arg("bench")
+            .arg(format!("--url={}", self.url))
+            .arg("--json")
+            .args(extra)
+            .env("BATON_EXIT_WITH_PARENT", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("baton bench starts")
+    }
+
+    pub fn rollout(&self) -> std::process::Output {
+        Command::new(BATON)
+            .args(["dev", "rollout", "--url", &self.url])
+            .output()
+            .expect("baton dev rollout runs")
+    }
+
+    /// The dev log, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("dev.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Milliseconds since `t`, for the figures the tests log.
+pub fn ms_since(t: Instant) -> u128 {
+    t.elapsed().as_millis()
+}
+
+/// Waits until the cluster's agents ran at least `n` turns.
+pub async fn poll_turns(dev: &Cluster, n: u64) {
+    poll_async(Duration::from_secs(30), "the load to reach the replicas", || async {
+        (dev.agent_turns_run().await >= n).then_some(())
+    })
+    .await;
+}
+
+/// One sidecar and its reference agent, started directly (no `baton dev`),
+/// on the embedded stores; killed when dropped.
+pub struct Replica {
+    pub url: String,
+    sidecar: Child,
+    agent: Child,
+    _dir: tempfile::TempDir,
+}
+
+fn listening_url(child: &mut Child, what: &str) -> String {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("{what} output: {e}"));
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("{what} did not print its address: {line:?}"))
+        .to_owned()
+}
+
+impl Replica {
+    pub async fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut agent = Command::new(BATON)
+            .args(["agent", "--listen=127.0.0.1:0"])
+            .env("BATON_EXIT_WITH_PARENT", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent starts");
+        let agent_url = listening_url(&mut agent, "agent");
+        let mut sidecar = Command::new(BATON)
+            .arg("sidecar")
+            .args(["--replica-id=solo", "--listen=127.0.0.1:0"])
+            .arg(format!("--agent-url={agent_url}"))
+            .arg("--sqlite-path")
+            .arg(dir.path().join("baton.db"))
+            .arg("--objects-dir")
+            .arg(dir.path().join("objects"))
+            .arg("--workspace-dir")
+            .arg(dir.path().join("workspace"))
+            .args(extra)
+            .env("BATON_EXIT_WITH_PARENT", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sidecar starts");
+        let url = listening_url(&mut sidecar, "sidecar");
+        let replica = Self {
+            url,
+            sidecar,
+            agent,
+            _dir: dir,
+        };
+        let http = reqwest::Client::new();
+        poll_async(Duration::from_secs(30), "the sidecar ready", || async {
+            let r = http.get(format!("{}/readyz", replica.url)).send().await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+        replica
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.sidecar.kill();
+        let _ = self.agent.kill();
+        let _ = self.sidecar.wait();
+        let _ = self.agent.wait();
+    }
+}
