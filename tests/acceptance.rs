@@ -19,7 +19,7 @@ macro_rules! on_both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
-                    let _one = super::serial();
+                    let _one = super::serial().await;
                     super::$scenario(super::Stores::Embedded).await;
                 }
             )*
@@ -28,7 +28,7 @@ macro_rules! on_both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
-                    let _one = super::serial();
+                    let _one = super::serial().await;
                     super::$scenario(super::Stores::Real).await;
                 }
             )*
@@ -50,7 +50,12 @@ on_both_stores!(
 async fn continuity_across_replicas(stores: Stores) {
     let dev = Cluster::start(stores).await;
     let mut replicas = Vec::new();
-    let inputs = ["my name is Lin", "I like tea", "what is my name?", "我叫什么"];
+    let inputs = [
+        "my name is Lin",
+        "I like tea",
+        "what is my name?",
+        "我叫什么",
+    ];
     for (i, input) in inputs.iter().enumerate() {
         let (status, body) = dev.chat("s-lin", input).await;
         assert_eq!(status, 200, "{body}");
@@ -78,7 +83,11 @@ async fn continuity_across_replicas(stores: Stores) {
 /// version are in its workspace and downloadable.
 async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
     let dev = Cluster::start(stores).await;
-    for input in ["my name is Lin", "/write plan.md step one", "remember the tea"] {
+    for input in [
+        "my name is Lin",
+        "/write plan.md step one",
+        "remember the tea",
+    ] {
         let (status, body) = dev.chat("s-fail", input).await;
         assert_eq!(status, 200, "{body}");
     }
@@ -98,10 +107,17 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
     signal(pid, "KILL");
     let killed = Instant::now();
     let (status, body) = dev
-        .turn_on(&dev.url, "s-fail", &json!({ "input": "what is my name?" }), "?wait=10s")
+        .turn_on(
+            &dev.url,
+            "s-fail",
+            &json!({ "input": "what is my name?" }),
+            "?wait=10s",
+        )
         .await;
     let failover_ms = ms_since(killed);
-    eprintln!("G2: {victim} killed with SIGKILL; next turn served after {failover_ms} ms (lease TTL 30 s)");
+    eprintln!(
+        "G2: {victim} killed with SIGKILL; next turn served after {failover_ms} ms (lease TTL 30 s)"
+    );
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["reply"], "Your name is Lin.");
     assert_eq!(body["stateVersion"], 4, "the killed turn committed nothing");
@@ -118,10 +134,18 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
     // G4: the files of the last committed version, downloadable ...
     let (status, notes) = dev.file("s-fail", "notes.md").await;
     assert_eq!(status, 200);
-    for line in ["turn 1: my name is Lin", "turn 2: /write plan.md step one", "turn 3: remember the tea", "turn 4: what is my name?"] {
+    for line in [
+        "turn 1: my name is Lin",
+        "turn 2: /write plan.md step one",
+        "turn 3: remember the tea",
+        "turn 4: what is my name?",
+    ] {
         assert!(notes.contains(line), "notes.md lacks {line:?}:\n{notes}");
     }
-    assert!(!notes.contains("/sleep"), "the killed turn's note was never published:\n{notes}");
+    assert!(
+        !notes.contains("/sleep"),
+        "the killed turn's note was never published:\n{notes}"
+    );
     let (status, plan) = dev.file("s-fail", "plan.md").await;
     assert_eq!((status, plan.as_str()), (200, "step one\n"));
     // ... and in the workspace of the replica that served the turn.
@@ -131,8 +155,15 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
         .join("replicas")
         .join(server)
         .join("workspace/default/s-fail");
-    assert_eq!(std::fs::read_to_string(local.join("plan.md")).unwrap(), "step one\n");
-    assert!(std::fs::read_to_string(local.join("notes.md")).unwrap().contains("turn 3: remember the tea"));
+    assert_eq!(
+        std::fs::read_to_string(local.join("plan.md")).unwrap(),
+        "step one\n"
+    );
+    assert!(
+        std::fs::read_to_string(local.join("notes.md"))
+            .unwrap()
+            .contains("turn 3: remember the tea")
+    );
     // The killed replica comes back, like a StatefulSet pod.
     dev.wait_ready().await;
     assert!(dev.replica(&victim).await["restarts"].as_u64().unwrap() >= 1);
@@ -186,7 +217,10 @@ async fn concurrent_turns_have_a_single_writer(stores: Stores) {
             "OK" => {
                 assert_eq!(*status, 200);
                 let version = body["stateVersion"].as_u64().unwrap();
-                assert!(committed.insert(version, input.clone()).is_none(), "two OKs for version {version}");
+                assert!(
+                    committed.insert(version, input.clone()).is_none(),
+                    "two OKs for version {version}"
+                );
             }
             "BUSY" | "CONFLICT" => assert_eq!(*status, 409, "{body}"),
             other => panic!("unexpected outcome {other}: {body}"),
@@ -198,9 +232,21 @@ async fn concurrent_turns_have_a_single_writer(stores: Stores) {
 
     // The same turnSeq 50 times: one runs, the others are refused or get its result.
     let next = committed.len() as u64 + 1;
-    let answers = burst((0..50).map(|i| (format!("same seq {i}"), Some(next))).collect()).await;
-    let oks: Vec<_> = answers.iter().filter(|(_, _, b)| b["status"] == "OK").collect();
-    assert_eq!(oks.len(), 1, "exactly one OK for turnSeq {next}: {answers:?}");
+    let answers = burst(
+        (0..50)
+            .map(|i| (format!("same seq {i}"), Some(next)))
+            .collect(),
+    )
+    .await;
+    let oks: Vec<_> = answers
+        .iter()
+        .filter(|(_, _, b)| b["status"] == "OK")
+        .collect();
+    assert_eq!(
+        oks.len(),
+        1,
+        "exactly one OK for turnSeq {next}: {answers:?}"
+    );
     committed.insert(oks[0].2["stateVersion"].as_u64().unwrap(), oks[0].0.clone());
     for (_, status, body) in &answers {
         match body["status"].as_str().unwrap() {
@@ -208,7 +254,10 @@ async fn concurrent_turns_have_a_single_writer(stores: Stores) {
             "DUPLICATE" => {
                 assert_eq!(*status, 200);
                 assert_eq!(body["duplicate"], true);
-                assert_eq!(body["reply"], oks[0].2["reply"], "a duplicate gets the stored reply");
+                assert_eq!(
+                    body["reply"], oks[0].2["reply"],
+                    "a duplicate gets the stored reply"
+                );
             }
             "BUSY" | "CONFLICT" => assert_eq!(*status, 409),
             other => panic!("unexpected outcome {other}: {body}"),
@@ -216,27 +265,50 @@ async fn concurrent_turns_have_a_single_writer(stores: Stores) {
     }
     // The stored result again, sequentially: still not a re-run.
     let (status, again) = dev
-        .turn_on(&dev.url, "s-race", &json!({ "input": "ignored", "turnSeq": next }), "")
+        .turn_on(
+            &dev.url,
+            "s-race",
+            &json!({ "input": "ignored", "turnSeq": next }),
+            "",
+        )
         .await;
     assert_eq!((status, again["status"].as_str()), (200, Some("DUPLICATE")));
     // A turnSeq that skips ahead is a GAP.
     let (status, gap) = dev
-        .turn_on(&dev.url, "s-race", &json!({ "input": "x", "turnSeq": next + 5 }), "")
+        .turn_on(
+            &dev.url,
+            "s-race",
+            &json!({ "input": "x", "turnSeq": next + 5 }),
+            "",
+        )
         .await;
-    assert_eq!((status, gap["status"].as_str()), (409, Some("GAP")), "{gap}");
+    assert_eq!(
+        (status, gap["status"].as_str()),
+        (409, Some("GAP")),
+        "{gap}"
+    );
     assert_eq!(gap["nextTurnSeq"], next + 1);
 
     // The agent ran exactly once per committed turn.
     let runs = dev.agent_turns_run().await - runs_before;
-    assert_eq!(runs, committed.len() as u64, "agent runs vs committed turns");
+    assert_eq!(
+        runs,
+        committed.len() as u64,
+        "agent runs vs committed turns"
+    );
     // The state holds exactly the OK turns, in version order.
     let versions: Vec<u64> = committed.keys().copied().collect();
     assert_eq!(versions, (1..=committed.len() as u64).collect::<Vec<_>>());
-    let expected = committed.values().fold(String::new(), |c, input| chain(&c, input));
+    let expected = committed
+        .values()
+        .fold(String::new(), |c, input| chain(&c, input));
     let view = dev.session("s-race").await;
     let memory = &view["state"]["payload"];
     assert_eq!(memory["turns"], committed.len() as u64);
-    assert_eq!(memory["history"], expected, "the state is exactly the OK turns in order");
+    assert_eq!(
+        memory["history"], expected,
+        "the state is exactly the OK turns in order"
+    );
 }
 
 /// G5: a replica SIGSTOPped in a long turn past its lease; another replica
@@ -272,7 +344,12 @@ async fn a_paused_holder_is_fenced_out(stores: Stores) {
     let paused = Instant::now();
     // Past the lease TTL: the pause outlasts both the heartbeat and the lease.
     let (status, body) = dev
-        .turn_on(&second, "s-pause", &json!({ "input": "my name is Mei" }), "?wait=10s")
+        .turn_on(
+            &second,
+            "s-pause",
+            &json!({ "input": "my name is Mei" }),
+            "?wait=10s",
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["stateVersion"], 2);
@@ -283,15 +360,27 @@ async fn a_paused_holder_is_fenced_out(stores: Stores) {
     }
     signal(first_pid, "CONT");
     let (status, refused) = stalled.await.unwrap();
-    assert_eq!((status, refused["status"].as_str()), (409, Some("LEASE_LOST")), "{refused}");
+    assert_eq!(
+        (status, refused["status"].as_str()),
+        (409, Some("LEASE_LOST")),
+        "{refused}"
+    );
 
     let view = dev.session("s-pause").await;
     assert_eq!(view["version"], 2, "the paused holder wrote nothing");
     assert_eq!(view["state"]["payload"]["name"], "Mei");
     let (_, notes) = dev.file("s-pause", "notes.md").await;
     assert!(notes.contains("turn 2: my name is Mei"), "{notes}");
-    assert!(!notes.contains("/sleep"), "the fenced-out turn's files were never published:\n{notes}");
-    let owners: Vec<_> = view["turns"].as_array().unwrap().iter().map(|t| t["turnSeq"].clone()).collect();
+    assert!(
+        !notes.contains("/sleep"),
+        "the fenced-out turn's files were never published:\n{notes}"
+    );
+    let owners: Vec<_> = view["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["turnSeq"].clone())
+        .collect();
     assert_eq!(owners, [json!(2), json!(1)]);
 }
 
@@ -326,23 +415,37 @@ async fn takeover_frees_a_stuck_session_at_once(stores: Stores) {
     let (status, busy) = dev
         .turn_on(&other, "s-stuck", &json!({ "input": "hello?" }), "")
         .await;
-    assert_eq!((status, busy["status"].as_str()), (409, Some("BUSY")), "{busy}");
+    assert_eq!(
+        (status, busy["status"].as_str()),
+        (409, Some("BUSY")),
+        "{busy}"
+    );
     assert_eq!(busy["owner"], holder.as_str());
 
     let (status, taken) = dev
-        .post(&format!("{other}/v1/admin/sessions/s-stuck/takeover"), &json!({}))
+        .post(
+            &format!("{other}/v1/admin/sessions/s-stuck/takeover"),
+            &json!({}),
+        )
         .await;
     assert_eq!(status, 200, "{taken}");
     assert_eq!(taken["revokedOwner"], holder.as_str());
     let (status, body) = dev
         .turn_on(&other, "s-stuck", &json!({ "input": "hello?" }), "")
         .await;
-    assert_eq!(status, 200, "the next turn runs at once after the takeover: {body}");
+    assert_eq!(
+        status, 200,
+        "the next turn runs at once after the takeover: {body}"
+    );
     assert_eq!(body["stateVersion"], 1);
 
     signal(stuck_pid, "CONT");
     let (status, refused) = stuck.await.unwrap();
-    assert_eq!((status, refused["status"].as_str()), (409, Some("LEASE_LOST")), "{refused}");
+    assert_eq!(
+        (status, refused["status"].as_str()),
+        (409, Some("LEASE_LOST")),
+        "{refused}"
+    );
     assert_eq!(dev.session("s-stuck").await["version"], 1);
 }
 
@@ -351,7 +454,12 @@ async fn takeover_frees_a_stuck_session_at_once(stores: Stores) {
 /// or duplicated (`--verify`).
 async fn rollout_under_load_loses_no_turn(stores: Stores) {
     let dev = Cluster::start(stores).await;
-    let bench = dev.bench(&["--sessions=40", "--concurrency=8", "--duration=10s", "--verify"]);
+    let bench = dev.bench(&[
+        "--sessions=40",
+        "--concurrency=8",
+        "--duration=10s",
+        "--verify",
+    ]);
     // Let the load reach every replica before the rollout starts.
     support::poll_turns(&dev, 20).await;
     let rollout = dev.rollout();
@@ -364,7 +472,10 @@ async fn rollout_under_load_loses_no_turn(stores: Stores) {
     let out = bench.wait_with_output().unwrap();
     assert!(out.status.success(), "bench failed");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    eprintln!("G9 rollout: {}\nbench under rollout: {report}", String::from_utf8_lossy(&rollout.stdout));
+    eprintln!(
+        "G9 rollout: {}\nbench under rollout: {report}",
+        String::from_utf8_lossy(&rollout.stdout)
+    );
     assert_eq!(report["failed"], 0, "{report}");
     assert!(report["acknowledged"].as_u64().unwrap() > 20, "{report}");
     assert_eq!(report["verifyErrors"], json!([]), "{report}");

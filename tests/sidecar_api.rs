@@ -18,31 +18,54 @@ async fn send(req: reqwest::RequestBuilder) -> (u16, Value, reqwest::header::Hea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
-    let _one = serial();
+    let _one = serial().await;
     let replica = Replica::start(&[]).await;
     let http = reqwest::Client::new();
     let turns = |session: &str| format!("{}/v1/sessions/{session}/turns", replica.url);
-    let (status, ok, _) = send(http.post(turns("s-1")).json(&json!({ "input": "my name is Lin" }))).await;
+    let (status, ok, _) = send(
+        http.post(turns("s-1"))
+            .json(&json!({ "input": "my name is Lin" })),
+    )
+    .await;
     assert_eq!(status, 200, "{ok}");
 
-    let raw = |body: &'static str| http.post(turns("s-1")).header("content-type", "application/json").body(body);
+    let raw = |body: &'static str| {
+        http.post(turns("s-1"))
+            .header("content-type", "application/json")
+            .body(body)
+    };
     let (status, body, headers) = send(raw(r#"{"input": "unterminated"#)).await;
     assert_eq!(status, 400, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("not valid JSON"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not valid JSON"),
+        "{body}"
+    );
     assert_eq!(headers["x-baton-outcome"], "BAD_REQUEST");
 
     let (status, body, _) = send(raw(r#"{"input": 42}"#)).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["field"], "input");
     let (status, body, _) = send(raw(r#"{"input": "x", "turnSeq": "three"}"#)).await;
-    assert_eq!((status, body["field"].as_str()), (422, Some("turnSeq")), "{body}");
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("turnSeq")),
+        "{body}"
+    );
     let (status, body, _) = send(raw(r#"{"input": "x", "sudo": true}"#)).await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("sudo"), "{body}");
     let (status, body, _) = send(raw(r#"{"input": "   "}"#)).await;
-    assert_eq!((status, body["field"].as_str()), (422, Some("input")), "{body}");
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("input")),
+        "{body}"
+    );
     let (status, body, _) = send(raw(r#"{"input": "x", "turnSeq": 0}"#)).await;
-    assert_eq!((status, body["field"].as_str()), (422, Some("turnSeq")), "{body}");
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("turnSeq")),
+        "{body}"
+    );
 
     // 10 MB body: refused by size before it is parsed.
     let huge = format!("{{\"input\":\"{}\"}}", "a".repeat(10 * 1024 * 1024));
@@ -51,11 +74,23 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
     // An input over its own limit (256 KiB) inside an acceptable body.
     let long = json!({ "input": "a".repeat(300 * 1024) });
     let (status, body, _) = send(http.post(turns("s-1")).json(&long)).await;
-    assert_eq!((status, body["field"].as_str()), (413, Some("input")), "{body}");
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (413, Some("input")),
+        "{body}"
+    );
 
     // Hostile session ids, percent-encoded so they reach the router intact.
     let long_id = "s".repeat(10 * 1024);
-    for id in ["%7Bx%7D", "a%3Ab", "a%2Fb", "%00", "a%20b", "%E5%B0%8F", long_id.as_str()] {
+    for id in [
+        "%7Bx%7D",
+        "a%3Ab",
+        "a%2Fb",
+        "%00",
+        "a%20b",
+        "%E5%B0%8F",
+        long_id.as_str(),
+    ] {
         let (status, body, _) = send(http.post(turns(id)).json(&json!({ "input": "hi" }))).await;
         assert_eq!(status, 400, "session id {id:.20}: {body}");
         assert_eq!(body["field"], "session", "{body}");
@@ -67,33 +102,70 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
                 .json(&json!({ "sessionId": id, "input": "hi" })),
         )
         .await;
-        assert_eq!((status, body["field"].as_str()), (400, Some("sessionId")), "{id:?}: {body}");
+        assert_eq!(
+            (status, body["field"].as_str()),
+            (400, Some("sessionId")),
+            "{id:?}: {body}"
+        );
     }
-    let (status, body, _) = send(http.post(turns("s-1") + "?wait=forever").json(&json!({ "input": "hi" }))).await;
-    assert_eq!((status, body["field"].as_str()), (400, Some("wait")), "{body}");
-    let (status, body, _) = send(http.post(turns("s-1") + "?wait=2h").json(&json!({ "input": "hi" }))).await;
+    let (status, body, _) = send(
+        http.post(turns("s-1") + "?wait=forever")
+            .json(&json!({ "input": "hi" })),
+    )
+    .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("wait")),
+        "{body}"
+    );
+    let (status, body, _) = send(
+        http.post(turns("s-1") + "?wait=2h")
+            .json(&json!({ "input": "hi" })),
+    )
+    .await;
     assert_eq!(status, 400, "{body}");
     let (status, body, _) = send(http.get(format!("{}/v1/nope", replica.url))).await;
     assert_eq!((status, body["status"].as_str()), (404, Some("NOT_FOUND")));
 
     // Nothing that was committed was lost.
-    let (status, body, _) = send(http.post(turns("s-1")).json(&json!({ "input": "what is my name?" }))).await;
+    let (status, body, _) = send(
+        http.post(turns("s-1"))
+            .json(&json!({ "input": "what is my name?" })),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!((body["reply"].as_str(), body["stateVersion"].as_u64()), (Some("Your name is Lin."), Some(2)));
+    assert_eq!(
+        (body["reply"].as_str(), body["stateVersion"].as_u64()),
+        (Some("Your name is Lin."), Some(2))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
-    let _one = serial();
+    let _one = serial().await;
     let tokens = format!("--auth-tokens={TOKEN_ACME}=acme,{TOKEN_GLOBEX}=globex");
     let replica = Replica::start(&[&tokens]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-1/turns", replica.url);
     let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "hi" }))).await;
-    assert_eq!((status, body["status"].as_str()), (401, Some("UNAUTHORIZED")), "{body}");
-    let (status, _, _) = send(http.post(&turns).bearer_auth("not-a-known-token-at-all").json(&json!({ "input": "hi" }))).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (401, Some("UNAUTHORIZED")),
+        "{body}"
+    );
+    let (status, _, _) = send(
+        http.post(&turns)
+            .bearer_auth("not-a-known-token-at-all")
+            .json(&json!({ "input": "hi" })),
+    )
+    .await;
     assert_eq!(status, 401);
-    let (status, _, _) = send(http.post(&turns).bearer_auth(TOKEN_ACME).json(&json!({ "input": "my name is Lin" }))).await;
+    let (status, _, _) = send(
+        http.post(&turns)
+            .bearer_auth(TOKEN_ACME)
+            .json(&json!({ "input": "my name is Lin" })),
+    )
+    .await;
     assert_eq!(status, 200);
     // Same session id, other tenant: another session; the header cannot pick a tenant.
     let (status, body, _) = send(
@@ -106,35 +178,85 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
     assert_eq!(status, 200);
     assert_eq!(body["reply"], "I don't know your name yet.");
     assert_eq!(body["stateVersion"], 1);
-    let view = |token| http.get(format!("{}/v1/sessions/s-1", replica.url)).bearer_auth(token);
+    let view = |token| {
+        http.get(format!("{}/v1/sessions/s-1", replica.url))
+            .bearer_auth(token)
+    };
     let (_, acme, _) = send(view(TOKEN_ACME)).await;
-    assert_eq!((acme["tenant"].as_str(), acme["version"].as_u64()), (Some("acme"), Some(1)));
+    assert_eq!(
+        (acme["tenant"].as_str(), acme["version"].as_u64()),
+        (Some("acme"), Some(1))
+    );
     let (status, _, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
     assert_eq!(status, 401, "the admin API needs a token too");
     // Probes and metrics stay open for the kubelet and Prometheus.
-    assert_eq!(http.get(format!("{}/readyz", replica.url)).send().await.unwrap().status(), 200);
-    assert_eq!(http.get(format!("{}/metrics", replica.url)).send().await.unwrap().status(), 200);
+    assert_eq!(
+        http.get(format!("{}/readyz", replica.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        http.get(format!("{}/metrics", replica.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_agent_aborts_cleanly_and_metrics_count_outcomes() {
-    let _one = serial();
+    let _one = serial().await;
     let replica = Replica::start(&["--agent-timeout=1s"]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-1/turns", replica.url);
-    let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "/write a.txt kept" }))).await;
+    let (status, _, _) = send(
+        http.post(&turns)
+            .json(&json!({ "input": "/write a.txt kept" })),
+    )
+    .await;
     assert_eq!(status, 200);
     let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/fail" }))).await;
-    assert_eq!((status, body["status"].as_str()), (502, Some("AGENT_FAILED")), "{body}");
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (502, Some("AGENT_FAILED")),
+        "{body}"
+    );
     let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 3000" }))).await;
-    assert_eq!((status, body["status"].as_str()), (504, Some("AGENT_TIMEOUT")), "{body}");
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (504, Some("AGENT_TIMEOUT")),
+        "{body}"
+    );
     // Nothing committed, lease released: the next turn runs at once, on version 1.
     let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "still here" }))).await;
-    assert_eq!((status, body["stateVersion"].as_u64()), (200, Some(2)), "{body}");
-    let text = http.get(format!("{}/v1/sessions/s-1/files/a.txt", replica.url)).send().await.unwrap().text().await.unwrap();
+    assert_eq!(
+        (status, body["stateVersion"].as_u64()),
+        (200, Some(2)),
+        "{body}"
+    );
+    let text = http
+        .get(format!("{}/v1/sessions/s-1/files/a.txt", replica.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert_eq!(text, "kept\n");
 
-    let metrics = http.get(format!("{}/metrics", replica.url)).send().await.unwrap().text().await.unwrap();
+    let metrics = http
+        .get(format!("{}/metrics", replica.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for line in [
         "baton_turns_total{outcome=\"ok\"} 2",
         "baton_turns_total{outcome=\"agent_failed\"} 1",
@@ -144,37 +266,73 @@ async fn a_failing_agent_aborts_cleanly_and_metrics_count_outcomes() {
     ] {
         assert!(metrics.contains(line), "metrics lack {line:?}:\n{metrics}");
     }
-    assert!(metrics.contains("baton_protocol_duration_seconds_bucket{le="), "{metrics}");
+    assert!(
+        metrics.contains("baton_protocol_duration_seconds_bucket{le="),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_refuses_new_turns_and_finishes_running_ones() {
-    let _one = serial();
+    let _one = serial().await;
     let replica = Replica::start(&["--drain-timeout=20s"]).await;
     let http = reqwest::Client::new();
     let running = {
-        let (http, url) = (http.clone(), format!("{}/v1/sessions/s-long/turns", replica.url));
-        tokio::spawn(async move { send(http.post(url).json(&json!({ "input": "/sleep 1500" }))).await })
+        let (http, url) = (
+            http.clone(),
+            format!("{}/v1/sessions/s-long/turns", replica.url),
+        );
+        tokio::spawn(
+            async move { send(http.post(url).json(&json!({ "input": "/sleep 1500" }))).await },
+        )
     };
-    baton_testkit::poll_async(std::time::Duration::from_secs(10), "the turn to run", || async {
-        let (_, s, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
-        (s["inFlight"] == 1).then_some(())
-    })
+    baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the turn to run",
+        || async {
+            let (_, s, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
+            (s["inFlight"] == 1).then_some(())
+        },
+    )
     .await;
     let (status, body, _) = send(http.post(format!("{}/v1/admin/drain", replica.url))).await;
-    assert_eq!((status, body["draining"].as_bool()), (202, Some(true)), "{body}");
+    assert_eq!(
+        (status, body["draining"].as_bool()),
+        (202, Some(true)),
+        "{body}"
+    );
     assert_eq!(body["turns"][0]["session"], "s-long");
-    assert_eq!(http.get(format!("{}/readyz", replica.url)).send().await.unwrap().status(), 503);
+    assert_eq!(
+        http.get(format!("{}/readyz", replica.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
     let (status, body, headers) = send(
         http.post(format!("{}/v1/sessions/s-new/turns", replica.url))
             .json(&json!({ "input": "hi" })),
     )
     .await;
-    assert_eq!((status, body["status"].as_str()), (503, Some("DRAINING")), "{body}");
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (503, Some("DRAINING")),
+        "{body}"
+    );
     assert_eq!(headers["retry-after"], "1");
     // The running turn finishes and commits.
     let (status, body, _) = running.await.unwrap();
-    assert_eq!((status, body["stateVersion"].as_u64()), (200, Some(1)), "{body}");
-    let (status, body, _) = send(http.post(format!("{}/v1/admin/drain?wait=true", replica.url))).await;
-    assert_eq!((status, body["inFlight"].as_u64()), (200, Some(0)), "{body}");
+    assert_eq!(
+        (status, body["stateVersion"].as_u64()),
+        (200, Some(1)),
+        "{body}"
+    );
+    let (status, body, _) =
+        send(http.post(format!("{}/v1/admin/drain?wait=true", replica.url))).await;
+    assert_eq!(
+        (status, body["inFlight"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
 }

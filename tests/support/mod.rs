@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use baton_testkit::{PostgresServer, RedisServer, S3Server, free_port, poll_async};
@@ -13,10 +12,12 @@ use serde_json::{Value, json};
 
 /// The acceptance tests run one at a time: each starts several processes,
 /// and the machines have two cores.
-pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+/// An async mutex: each test has its own runtime, and the guard is held
+/// across awaits.
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().await
 }
 
 pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
@@ -123,7 +124,10 @@ impl Cluster {
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .arg(format!("--lease-ttl={}", options.lease_ttl))
-            .arg(format!("--heartbeat-interval={}", options.heartbeat_interval))
+            .arg(format!(
+                "--heartbeat-interval={}",
+                options.heartbeat_interval
+            ))
             .arg(format!("--drain-timeout={}", options.drain_timeout));
         if let Some(real) = &real {
             cmd.args(&real.args);
@@ -187,7 +191,13 @@ impl Cluster {
     }
 
     /// `POST /v1/sessions/{session}/turns` on `base` (front door or a replica).
-    pub async fn turn_on(&self, base: &str, session: &str, body: &Value, query: &str) -> (u16, Value) {
+    pub async fn turn_on(
+        &self,
+        base: &str,
+        session: &str,
+        body: &Value,
+        query: &str,
+    ) -> (u16, Value) {
         self.post(&format!("{base}/v1/sessions/{session}/turns{query}"), body)
             .await
     }
@@ -223,16 +233,23 @@ impl Cluster {
             .send()
             .await
             .expect("file download");
-        (answer.status().as_u16(), answer.text().await.unwrap_or_default())
+        (
+            answer.status().as_u16(),
+            answer.text().await.unwrap_or_default(),
+        )
     }
 
     /// Waits until `session` has a lease; returns its owner (a holder id,
     /// `<replica>-<suffix>`).
     pub async fn lease_owner(&self, session: &str) -> String {
-        poll_async(Duration::from_secs(10), "the turn to hold a lease", || async {
-            let view = self.session(session).await;
-            view["lease"]["owner"].as_str().map(str::to_owned)
-        })
+        poll_async(
+            Duration::from_secs(10),
+            "the turn to hold a lease",
+            || async {
+                let view = self.session(session).await;
+                view["lease"]["owner"].as_str().map(str::to_owned)
+            },
+        )
         .await
     }
 
@@ -324,9 +341,11 @@ pub fn ms_since(t: Instant) -> u128 {
 
 /// Waits until the cluster's agents ran at least `n` turns.
 pub async fn poll_turns(dev: &Cluster, n: u64) {
-    poll_async(Duration::from_secs(30), "the load to reach the replicas", || async {
-        (dev.agent_turns_run().await >= n).then_some(())
-    })
+    poll_async(
+        Duration::from_secs(30),
+        "the load to reach the replicas",
+        || async { (dev.agent_turns_run().await >= n).then_some(()) },
+    )
     .await;
 }
 
@@ -388,7 +407,11 @@ impl Replica {
         };
         let http = reqwest::Client::new();
         poll_async(Duration::from_secs(30), "the sidecar ready", || async {
-            let r = http.get(format!("{}/readyz", replica.url)).send().await.ok()?;
+            let r = http
+                .get(format!("{}/readyz", replica.url))
+                .send()
+                .await
+                .ok()?;
             r.status().is_success().then_some(())
         })
         .await;

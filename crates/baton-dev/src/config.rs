@@ -59,7 +59,12 @@ pub struct DevArgs {
     pub s3_region: String,
     #[arg(long, env = "AWS_ACCESS_KEY_ID", default_value = "")]
     pub s3_access_key_id: String,
-    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", default_value = "", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "AWS_SECRET_ACCESS_KEY",
+        default_value = "",
+        hide_env_values = true
+    )]
     pub s3_secret_access_key: String,
 
     #[arg(long, default_value = "30s", value_parser = duration)]

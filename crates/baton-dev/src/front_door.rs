@@ -32,12 +32,22 @@ pub struct FrontDoor {
 fn hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
-        "connection" | "keep-alive" | "transfer-encoding" | "te" | "upgrade" | "host" | "content-length"
+        "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "te"
+            | "upgrade"
+            | "host"
+            | "content-length"
     )
 }
 
 fn refusal(status: StatusCode, outcome: &str, message: String) -> Response {
-    let mut r = (status, axum::Json(json!({ "status": outcome, "error": message }))).into_response();
+    let mut r = (
+        status,
+        axum::Json(json!({ "status": outcome, "error": message })),
+    )
+        .into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -78,7 +88,9 @@ impl FrontDoor {
                 return refusal(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "TOO_LARGE",
-                    format!("request body: {e} (the front door passes at most {MAX_FORWARD_BYTES} bytes)"),
+                    format!(
+                        "request body: {e} (the front door passes at most {MAX_FORWARD_BYTES} bytes)"
+                    ),
                 );
             }
         };

@@ -116,9 +116,15 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     let announced = dev.clone();
     tokio::spawn(async move {
         if wait_all_ready(&announced.door.slots, Duration::from_secs(60)).await {
-            println!("baton dev: all {} replicas ready", announced.door.slots.len());
+            println!(
+                "baton dev: all {} replicas ready",
+                announced.door.slots.len()
+            );
         } else {
-            eprintln!("baton dev: replicas not ready after 60s; see the logs under {}", announced.args.data_dir.join("replicas").display());
+            eprintln!(
+                "baton dev: replicas not ready after 60s; see the logs under {}",
+                announced.args.data_dir.join("replicas").display()
+            );
         }
     });
     axum::serve(listener, app)
@@ -136,7 +142,10 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
 
 fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], embedded: bool) {
     let stores = if embedded {
-        format!("embedded (SQLite {})", args.data_dir.join("baton.db").display())
+        format!(
+            "embedded (SQLite {})",
+            args.data_dir.join("baton.db").display()
+        )
     } else {
         "Redis + Postgres".to_owned()
     };
@@ -144,14 +153,19 @@ fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], e
         Some(e) => format!("S3 {e}/{}", args.s3_bucket),
         None => format!("directory {}", args.data_dir.join("objects").display()),
     };
-    println!("baton dev: {} replicas; stores: {stores}; workspaces: {workspaces}", slots.len());
+    println!(
+        "baton dev: {} replicas; stores: {stores}; workspaces: {workspaces}",
+        slots.len()
+    );
     println!("  front door   http://{front}");
     for slot in slots {
         let s = slot.status();
         println!("  {:<12} {} (agent {})", slot.id, s.url, s.agent_url);
     }
     println!("  replicas     http://{front}/v1/dev/replicas");
-    println!("try: curl -s http://{front}/api/chat -d '{{\"sessionId\":\"s-1\",\"input\":\"my name is Lin\"}}'");
+    println!(
+        "try: curl -s http://{front}/api/chat -d '{{\"sessionId\":\"s-1\",\"input\":\"my name is Lin\"}}'"
+    );
 }
 
 async fn shutdown_signal() -> std::io::Result<()> {

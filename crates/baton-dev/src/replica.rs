@@ -133,7 +133,10 @@ impl ReplicaSlot {
             .arg(self.workspace_dir(args))
             .arg(format!("--lease-ttl={}ms", args.lease_ttl.as_millis()))
             .arg(format!("--state-ttl={}ms", args.state_ttl.as_millis()))
-            .arg(format!("--drain-timeout={}ms", args.drain_timeout.as_millis()))
+            .arg(format!(
+                "--drain-timeout={}ms",
+                args.drain_timeout.as_millis()
+            ))
             .arg(format!(
                 "--heartbeat-interval={}ms",
                 args.heartbeat_interval.as_millis()
@@ -205,7 +208,13 @@ impl ReplicaSlot {
                 _ = shutdown.changed() => Stop::Shutdown,
             };
             let graceful = !matches!(stop, Stop::Died(_));
-            stop_processes(&mut sidecar, &mut agent, graceful, launcher.args.drain_timeout).await;
+            stop_processes(
+                &mut sidecar,
+                &mut agent,
+                graceful,
+                launcher.args.drain_timeout,
+            )
+            .await;
             {
                 let mut s = self.lock();
                 s.pid = None;

@@ -218,7 +218,9 @@ impl Client {
             .json(&json!({ "input": input, "turnSeq": session.next_seq }));
         let answer = match self.headers(req).send().await {
             Ok(a) => a,
-            Err(e) => return Attempt::Retry(if e.is_connect() { "CONNECT" } else { "DROPPED" }.into()),
+            Err(e) => {
+                return Attempt::Retry(if e.is_connect() { "CONNECT" } else { "DROPPED" }.into());
+            }
         };
         let status = answer.status();
         let body: Value = answer.json().await.unwrap_or(Value::Null);
@@ -241,7 +243,9 @@ impl Client {
             turn_seq: session.next_seq,
             input: input.to_owned(),
             state: session.state.clone(),
-            workspace_dir: std::env::temp_dir().join("baton-bench-direct").join(&session.id),
+            workspace_dir: std::env::temp_dir()
+                .join("baton-bench-direct")
+                .join(&session.id),
         };
         let url = format!(
             "{}{}",
@@ -263,7 +267,11 @@ impl Client {
         }
     }
 
-    async fn run(self: Arc<Self>, mut sessions: Vec<Session>, stop: Arc<AtomicBool>) -> ClientResult {
+    async fn run(
+        self: Arc<Self>,
+        mut sessions: Vec<Session>,
+        stop: Arc<AtomicBool>,
+    ) -> ClientResult {
         let mut result = ClientResult {
             latencies: Vec::new(),
             outcomes: BTreeMap::new(),
@@ -373,7 +381,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     bar.finish_and_clear();
 
     let mut report = Report {
-        target: args.direct_agent.clone().unwrap_or_else(|| args.url.clone()),
+        target: args
+            .direct_agent
+            .clone()
+            .unwrap_or_else(|| args.url.clone()),
         sessions: args.sessions,
         concurrency: args.concurrency,
         ..Report::default()
@@ -446,7 +457,15 @@ fn short(hash: &str) -> &str {
 pub fn render(r: &Report) -> String {
     let mut out = format!(
         "target {}\n{} sessions, {} clients, {:.1} s\n\nacknowledged turns  {}\nturns/s             {:.0}\nlatency ms          p50 {:.2}  p90 {:.2}  p99 {:.2}\n",
-        r.target, r.sessions, r.concurrency, r.seconds, r.acknowledged, r.turns_per_second, r.p50_ms, r.p90_ms, r.p99_ms
+        r.target,
+        r.sessions,
+        r.concurrency,
+        r.seconds,
+        r.acknowledged,
+        r.turns_per_second,
+        r.p50_ms,
+        r.p90_ms,
+        r.p99_ms
     );
     out.push_str("outcomes           ");
     for (k, v) in &r.outcomes {
@@ -462,9 +481,14 @@ pub fn render(r: &Report) -> String {
     out.push_str(&format!("\nfailed              {}\n", r.failed));
     if let Some(n) = r.verified_sessions {
         if r.verify_errors.is_empty() {
-            out.push_str(&format!("verify              {n} sessions hold exactly their acknowledged turns\n"));
+            out.push_str(&format!(
+                "verify              {n} sessions hold exactly their acknowledged turns\n"
+            ));
         } else {
-            out.push_str(&format!("verify              {} of {n} sessions WRONG:\n", r.verify_errors.len()));
+            out.push_str(&format!(
+                "verify              {} of {n} sessions WRONG:\n",
+                r.verify_errors.len()
+            ));
             for e in r.verify_errors.iter().take(20) {
                 out.push_str(&format!("  {e}\n"));
             }

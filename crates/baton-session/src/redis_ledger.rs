@@ -20,9 +20,8 @@ use tokio::sync::mpsc;
 use crate::ids::{ReplicaId, SessionKey};
 use crate::ledger::{DurableCopy, PostgresLedger};
 use crate::model::{
-    CommittedState,
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ListQuery, ReplicaView,
-    SessionPage, SessionView, TurnRecord,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, ListQuery,
+    ReplicaView, SessionPage, SessionView, TurnRecord,
 };
 use crate::redis::{OnMissing, RawBegin, RedisStore};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore};

@@ -21,9 +21,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
-    CommittedState,
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, ListQuery,
-    ReplicaView, SessionPage, SessionState, SessionView, TurnRecord, TurnResult,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseView,
+    ListQuery, ReplicaView, SessionPage, SessionState, SessionView, TurnRecord, TurnResult,
 };
 use crate::protocol::{
     BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,

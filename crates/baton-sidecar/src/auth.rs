@@ -58,7 +58,10 @@ impl Auth {
             Self::Off => {
                 let name = headers
                     .get(TENANT_HEADER)
-                    .map(|v| v.to_str().map_err(|_| AuthError::BadTenant("not ASCII".into())))
+                    .map(|v| {
+                        v.to_str()
+                            .map_err(|_| AuthError::BadTenant("not ASCII".into()))
+                    })
                     .transpose()?
                     .unwrap_or(DEFAULT_TENANT);
                 TenantId::new(name).map_err(|e| AuthError::BadTenant(e.to_string()))
@@ -94,7 +97,10 @@ mod tests {
         let acme = headers(&[(TENANT_HEADER, "acme")]);
         assert_eq!(auth.tenant(&acme).unwrap().as_str(), "acme");
         let hostile = headers(&[(TENANT_HEADER, "a{b}")]);
-        assert!(matches!(auth.tenant(&hostile), Err(AuthError::BadTenant(_))));
+        assert!(matches!(
+            auth.tenant(&hostile),
+            Err(AuthError::BadTenant(_))
+        ));
     }
 
     #[test]
@@ -115,8 +121,16 @@ mod tests {
 
     #[test]
     fn bad_token_lists_name_the_entry() {
-        assert!(Auth::parse(Some("short=acme")).unwrap_err().contains("entry 0"));
-        assert!(Auth::parse(Some("0123456789abcdef")).unwrap_err().contains("token=tenant"));
+        assert!(
+            Auth::parse(Some("short=acme"))
+                .unwrap_err()
+                .contains("entry 0")
+        );
+        assert!(
+            Auth::parse(Some("0123456789abcdef"))
+                .unwrap_err()
+                .contains("token=tenant")
+        );
         assert!(
             Auth::parse(Some("0123456789abcdef=ok,0123456789abcdeg=a/b"))
                 .unwrap_err()

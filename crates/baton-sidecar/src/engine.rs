@@ -145,7 +145,7 @@ impl<S: TurnStore + 'static> Engine<S> {
         workspace_root: PathBuf,
     ) -> Result<Self, String> {
         let suffix: u32 = rand::random();
-        let holder = ReplicaId::new(&format!("{replica}-{:06x}", suffix & 0xff_ffff))
+        let holder = ReplicaId::new(format!("{replica}-{:06x}", suffix & 0xff_ffff))
             .map_err(|e| format!("replica id: {e}"))?;
         Ok(Self {
             store,
@@ -280,7 +280,9 @@ impl<S: TurnStore + 'static> Engine<S> {
                     tokio::time::sleep(backoff.min(deadline - now)).await;
                     backoff = (backoff * 2).min(Duration::from_millis(100));
                 }
-                BeginOutcome::Gap { next_turn_seq } => return Err(TurnError::Gap { next_turn_seq }),
+                BeginOutcome::Gap { next_turn_seq } => {
+                    return Err(TurnError::Gap { next_turn_seq });
+                }
                 BeginOutcome::Stale { last_turn_seq } => {
                     return Err(TurnError::Stale { last_turn_seq });
                 }
@@ -329,10 +331,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             serde_json::Value::Null
         } else {
             serde_json::from_slice(&payload).map_err(|e| {
-                StoreError::Corrupt(format!(
-                    "{}: stored state is not JSON: {e}",
-                    lease.key
-                ))
+                StoreError::Corrupt(format!("{}: stored state is not JSON: {e}", lease.key))
             })?
         };
         let request = TurnRequest {
@@ -411,10 +410,7 @@ impl<S: TurnStore + 'static> Engine<S> {
         loop {
             tokio::time::sleep(self.timings.renew_interval).await;
             match self
-                .timed(
-                    "renew",
-                    self.store.renew(lease, self.timings.lease_ttl),
-                )
+                .timed("renew", self.store.renew(lease, self.timings.lease_ttl))
                 .await
             {
                 Ok(true) => renewed_at = Instant::now(),

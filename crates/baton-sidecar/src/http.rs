@@ -44,7 +44,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub outcome: &'static str,
     pub message: String,
-    pub extra: serde_json::Map<String, Value>,
+    /// Fields added to the body (a Vec, not a map: it keeps the error small).
+    pub extra: Vec<(&'static str, Value)>,
     pub retry_after: Option<Duration>,
 }
 
@@ -54,7 +55,7 @@ impl ApiError {
             status,
             outcome,
             message: message.into(),
-            extra: serde_json::Map::new(),
+            extra: Vec::new(),
             retry_after: None,
         }
     }
@@ -63,9 +64,14 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
     }
 
-    fn with(mut self, field: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(field.to_owned(), value.into());
+    fn with(mut self, field: &'static str, value: impl Into<Value>) -> Self {
+        self.extra.retain(|(f, _)| *f != field);
+        self.extra.push((field, value.into()));
         self
+    }
+
+    fn field(&self, name: &str) -> Option<&Value> {
+        self.extra.iter().find(|(f, _)| *f == name).map(|(_, v)| v)
     }
 
     fn retry_after(mut self, after: Duration) -> Self {
@@ -79,7 +85,7 @@ impl IntoResponse for ApiError {
         let mut body = serde_json::Map::new();
         body.insert("status".into(), self.outcome.into());
         body.insert("error".into(), self.message.into());
-        body.extend(self.extra);
+        body.extend(self.extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
         let mut response = (self.status, Json(Value::Object(body))).into_response();
         // Proxies (the `baton dev` front door) route on the outcome without
         // parsing the body.
@@ -144,8 +150,12 @@ impl From<TurnError> for ApiError {
                 conflict(message).with("currentVersion", current_version)
             }
             TurnError::LeaseLost => conflict(message),
-            TurnError::Gap { next_turn_seq } => conflict(message).with("nextTurnSeq", next_turn_seq),
-            TurnError::Stale { last_turn_seq } => conflict(message).with("lastTurnSeq", last_turn_seq),
+            TurnError::Gap { next_turn_seq } => {
+                conflict(message).with("nextTurnSeq", next_turn_seq)
+            }
+            TurnError::Stale { last_turn_seq } => {
+                conflict(message).with("lastTurnSeq", last_turn_seq)
+            }
             TurnError::StateLost { last_version } => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, outcome, message)
                     .with("lastVersion", last_version)
@@ -179,7 +189,11 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> A
         } else {
             "BAD_REQUEST"
         };
-        ApiError::new(status, outcome, format!("request body: {}", rejection.body_text()))
+        ApiError::new(
+            status,
+            outcome,
+            format!("request body: {}", rejection.body_text()),
+        )
     })?;
     let mut de = serde_json::Deserializer::from_slice(&body);
     let parsed: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -228,8 +242,9 @@ pub struct TurnQuery {
 impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
     fn key(&self, headers: &HeaderMap, session: &str) -> ApiResult<SessionKey> {
         let tenant: TenantId = self.auth.tenant(headers)?;
-        let session = SessionId::new(session)
-            .map_err(|e| ApiError::bad_request(format!("session id: {e}")).with("field", "session"))?;
+        let session = SessionId::new(session).map_err(|e| {
+            ApiError::bad_request(format!("session id: {e}")).with("field", "session")
+        })?;
         Ok(SessionKey { tenant, session })
     }
 
@@ -323,7 +338,7 @@ async fn post_chat<S: TurnStore + SessionCatalog + 'static>(
 ) -> ApiResult<Json<Value>> {
     let body: ChatBody = parse_body(body)?;
     let key = api.key(&headers, &body.session_id).map_err(|e| {
-        if e.extra.get("field") == Some(&json!("session")) {
+        if e.field("field") == Some(&json!("session")) {
             e.with("field", "sessionId")
         } else {
             e

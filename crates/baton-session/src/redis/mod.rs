@@ -24,9 +24,8 @@ use redis::{AsyncCommands, Script, Value};
 
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
-    CommittedState,
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, LeaseView, SessionState,
-    SessionView, TurnResult,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseView,
+    SessionState, SessionView, TurnResult,
 };
 use crate::store::{StoreError, StoreResult, TurnStore};
 use crate::turn_record;
@@ -66,6 +65,9 @@ impl SessionKeys {
         format!("{}:staged:{fence}", self.tag)
     }
 }
+
+/// `HMGET state version ws`.
+type VersionAndWorkspace = (Option<String>, Option<String>);
 
 /// Unshipped turn records live at least this long (a week), whatever the
 /// state TTL: the ledger must get them even after a long Postgres outage.
@@ -681,17 +683,16 @@ impl TurnStore for RedisStore {
         let keys = SessionKeys::new(key);
         // MULTI/EXEC: the version and its payload are read with no commit
         // in between.
-        let ((version, workspace), payload): ((Option<String>, Option<String>), Option<Vec<u8>>) =
-            redis::pipe()
-                .atomic()
-                .cmd("HMGET")
-                .arg(&keys.state)
-                .arg("version")
-                .arg("ws")
-                .get(&keys.payload)
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(unavailable)?;
+        let ((version, workspace), payload): (VersionAndWorkspace, Option<Vec<u8>>) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(&keys.state)
+            .arg("version")
+            .arg("ws")
+            .get(&keys.payload)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
         let Some(version) = version else {
             return Ok(None);
         };

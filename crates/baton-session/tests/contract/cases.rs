@@ -83,10 +83,7 @@ pub async fn read_state_returns_the_committed_version<S: TurnStore>(store: S) {
     let read = store.read_state(&k).await.unwrap().unwrap();
     assert_eq!((read.version, read.payload.as_ref()), (1, &b"one"[..]));
     assert!(read.workspace.unwrap().starts_with("manifests/1/"));
-    store
-        .commit(&commit_req(&lease, "two", "r"))
-        .await
-        .unwrap();
+    store.commit(&commit_req(&lease, "two", "r")).await.unwrap();
     let read = store.read_state(&k).await.unwrap().unwrap();
     assert_eq!((read.version, read.payload.as_ref()), (2, &b"two"[..]));
     assert_eq!(
