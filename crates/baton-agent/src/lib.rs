@@ -28,6 +28,9 @@ pub use baton_api::agent_contract::{TurnRequest, TurnResponse};
 
 #[derive(Clone, Debug, Default)]
 pub struct AgentConfig {
+    /// Do not append turns to `notes.md`: an echo-speed agent for
+    /// benchmarks, whose turns change no file.
+    pub no_notes: bool,
     /// Added to every turn.
     pub delay: Duration,
     /// Share of turns that fail (0.0–1.0), decided by a seeded generator so a
@@ -119,10 +122,12 @@ async fn turn(
         }
         tokio::fs::write(&path, content).await.map_err(io_error)?;
     }
-    let notes = dir.join("notes.md");
-    let mut text = tokio::fs::read_to_string(&notes).await.unwrap_or_default();
-    text.push_str(&format!("- turn {}: {}\n", req.turn_seq, req.input.trim()));
-    tokio::fs::write(&notes, text).await.map_err(io_error)?;
+    if !agent.config.no_notes {
+        let notes = dir.join("notes.md");
+        let mut text = tokio::fs::read_to_string(&notes).await.unwrap_or_default();
+        text.push_str(&format!("- turn {}: {}\n", req.turn_seq, req.input.trim()));
+        tokio::fs::write(&notes, text).await.map_err(io_error)?;
+    }
 
     tracing::debug!(session = %req.session, tenant = %req.tenant, turn_seq = req.turn_seq, "turn");
     let state = serde_json::to_value(&outcome.memory)

@@ -3,10 +3,12 @@
 //! once is enough), and per session its counters and a durable copy of its
 //! state, from which a session the coordination store lost is restored.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Postgres, QueryBuilder};
 
 use crate::ids::SessionKey;
 use crate::model::{ListQuery, SessionPage, TurnRecord};
@@ -52,6 +54,10 @@ fn db_error(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(format!("ledger: {e}"))
 }
 
+/// Turn rows per INSERT statement: 11 parameters each stays far below
+/// Postgres' 65,535 bind parameters.
+const ROWS_PER_INSERT: usize = 2_000;
+
 fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -80,40 +86,84 @@ impl PostgresLedger {
     /// Records a batch in one transaction. Rows already there are left as
     /// they are, so shipping the same batch twice changes nothing.
     pub async fn record(&self, batch: &ShipBatch) -> StoreResult<()> {
-        let (t, s) = (batch.key.tenant.as_str(), batch.key.session.as_str());
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let mut inserted = 0u64;
-        for r in &batch.records {
-            let done = sqlx::query(
-                "INSERT INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest, reply_digest,
-                 workspace, started_at_ms, committed_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                 ON CONFLICT (tenant, session, turn_seq) DO NOTHING",
-            )
-            .bind(t)
-            .bind(s)
-            .bind(int(r.turn_seq))
-            .bind(int(r.version))
-            .bind(&r.replica)
-            .bind(int(r.fence))
-            .bind(&r.input_digest)
-            .bind(&r.reply_digest)
-            .bind(r.workspace.as_deref())
-            .bind(int(r.started_at_ms))
-            .bind(int(r.committed_at_ms))
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-            inserted += done.rows_affected();
+        self.record_many(std::slice::from_ref(batch)).await
+    }
+
+    /// Records the batches of several sessions (each session at most once)
+    /// in one transaction of a few statements, however many turns they hold:
+    /// shipping cost per turn falls as the load grows.
+    pub async fn record_many(&self, batches: &[ShipBatch]) -> StoreResult<()> {
+        let batches: Vec<&ShipBatch> = batches.iter().filter(|b| !b.records.is_empty()).collect();
+        if batches.is_empty() {
+            return Ok(());
         }
-        let Some(last) = batch.records.iter().max_by_key(|r| r.version) else {
-            return tx.commit().await.map_err(db_error);
-        };
-        let durable = batch.durable.as_ref().filter(|d| d.version >= last.version);
-        sqlx::query(
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        // Rows actually inserted per session, for turn_count.
+        let mut inserted: HashMap<(String, String), u64> = HashMap::new();
+        let rows: Vec<(&SessionKey, &TurnRecord)> = batches
+            .iter()
+            .flat_map(|b| b.records.iter().map(move |r| (&b.key, r)))
+            .collect();
+        for chunk in rows.chunks(ROWS_PER_INSERT) {
+            let mut insert = QueryBuilder::<Postgres>::new(
+                "INSERT INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest, reply_digest,
+                 workspace, started_at_ms, committed_at_ms) ",
+            );
+            insert.push_values(chunk, |mut row, (key, r)| {
+                row.push_bind(key.tenant.as_str())
+                    .push_bind(key.session.as_str())
+                    .push_bind(int(r.turn_seq))
+                    .push_bind(int(r.version))
+                    .push_bind(r.replica.as_str())
+                    .push_bind(int(r.fence))
+                    .push_bind(r.input_digest.as_str())
+                    .push_bind(r.reply_digest.as_str())
+                    .push_bind(r.workspace.as_deref())
+                    .push_bind(int(r.started_at_ms))
+                    .push_bind(int(r.committed_at_ms));
+            });
+            insert.push(" ON CONFLICT (tenant, session, turn_seq) DO NOTHING RETURNING tenant, session");
+            let done = insert
+                .build()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            for row in done {
+                *inserted
+                    .entry((col(&row, "tenant")?, col(&row, "session")?))
+                    .or_default() += 1;
+            }
+        }
+        let mut upsert = QueryBuilder::<Postgres>::new(
             "INSERT INTO sessions (tenant, session, last_version, last_turn_seq, last_fence, last_replica,
-               last_turn_at_ms, turn_count, state_version, state_payload, state_workspace)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-             ON CONFLICT (tenant, session) DO UPDATE SET
+               last_turn_at_ms, turn_count, state_version, state_payload, state_workspace) ",
+        );
+        upsert.push_values(&batches, |mut row, batch| {
+            // Not empty: filtered above.
+            let last = batch
+                .records
+                .iter()
+                .max_by_key(|r| r.version)
+                .expect("a batch with records");
+            let durable = batch.durable.as_ref().filter(|d| d.version >= last.version);
+            let count = inserted
+                .get(&(batch.key.tenant.to_string(), batch.key.session.to_string()))
+                .copied()
+                .unwrap_or(0);
+            row.push_bind(batch.key.tenant.as_str())
+                .push_bind(batch.key.session.as_str())
+                .push_bind(int(last.version))
+                .push_bind(int(last.turn_seq))
+                .push_bind(int(batch.records.iter().map(|r| r.fence).max().unwrap_or(0)))
+                .push_bind(last.replica.as_str())
+                .push_bind(int(last.committed_at_ms))
+                .push_bind(int(count))
+                .push_bind(durable.map(|d| int(d.version)))
+                .push_bind(durable.map(|d| d.payload.to_vec()))
+                .push_bind(durable.and_then(|d| d.workspace.clone()));
+        });
+        upsert.push(
+            " ON CONFLICT (tenant, session) DO UPDATE SET
                last_version    = GREATEST(sessions.last_version, EXCLUDED.last_version),
                last_turn_seq   = CASE WHEN EXCLUDED.last_version > sessions.last_version THEN EXCLUDED.last_turn_seq ELSE sessions.last_turn_seq END,
                last_fence      = GREATEST(sessions.last_fence, EXCLUDED.last_fence),
@@ -123,21 +173,12 @@ impl PostgresLedger {
                state_version   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_version ELSE sessions.state_version END,
                state_payload   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_payload ELSE sessions.state_payload END,
                state_workspace = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_workspace ELSE sessions.state_workspace END",
-        )
-        .bind(t)
-        .bind(s)
-        .bind(int(last.version))
-        .bind(int(last.turn_seq))
-        .bind(int(batch.records.iter().map(|r| r.fence).max().unwrap_or(0)))
-        .bind(&last.replica)
-        .bind(int(last.committed_at_ms))
-        .bind(int(inserted))
-        .bind(durable.map(|d| int(d.version)))
-        .bind(durable.map(|d| d.payload.to_vec()))
-        .bind(durable.and_then(|d| d.workspace.clone()))
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        );
+        upsert
+            .build()
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
         tx.commit().await.map_err(db_error)
     }
 

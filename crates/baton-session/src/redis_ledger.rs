@@ -12,6 +12,7 @@
 //! the turn gets STATE_LOST. A session idle past its state TTL comes back
 //! with its counters but an empty state, as it would have expired anyway.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -31,6 +32,14 @@ use crate::turn_record::now_ms;
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Records shipped per round trip.
 const SHIP_BATCH: usize = 256;
+/// Most sessions shipped in one round.
+const SESSIONS_PER_ROUND: usize = 256;
+
+#[derive(Default)]
+struct ShipRound {
+    shipped: usize,
+    more: Vec<SessionKey>,
+}
 
 #[derive(Clone)]
 pub struct RedisLedgerStore {
@@ -62,19 +71,56 @@ impl RedisLedgerStore {
     pub async fn ship(&self, key: &SessionKey) -> StoreResult<usize> {
         let mut shipped = 0;
         loop {
-            let batch = self.redis.ship_batch(key, SHIP_BATCH).await?;
-            let Some(up_to) = batch.records.iter().map(|r| r.turn_seq).max() else {
-                return Ok(shipped);
-            };
-            self.ledger.record(&batch).await?;
-            let dropped = self.redis.ack_shipped(key, up_to).await?;
-            shipped += batch.records.len();
-            // Nothing dropped means the head of the log is not what we read:
-            // stop rather than loop; the next sweep looks again.
-            if batch.records.len() < SHIP_BATCH || dropped == 0 {
+            let round = self.ship_round(std::slice::from_ref(key)).await?;
+            shipped += round.shipped;
+            if round.more.is_empty() {
                 return Ok(shipped);
             }
         }
+    }
+
+    /// Ships the unshipped records of several sessions together: one Redis
+    /// read, one ledger transaction and one Redis ack for all of them.
+    pub async fn ship_many(&self, keys: &[SessionKey]) -> StoreResult<usize> {
+        let round = self.ship_round(keys).await?;
+        let mut shipped = round.shipped;
+        for key in &round.more {
+            shipped += self.ship(key).await?;
+        }
+        Ok(shipped)
+    }
+
+    /// One batch per session; `more` lists the sessions that had a full one.
+    async fn ship_round(&self, keys: &[SessionKey]) -> StoreResult<ShipRound> {
+        let batches: Vec<_> = self
+            .redis
+            .ship_batches(keys, SHIP_BATCH)
+            .await?
+            .into_iter()
+            .filter(|b| !b.records.is_empty())
+            .collect();
+        if batches.is_empty() {
+            return Ok(ShipRound::default());
+        }
+        self.ledger.record_many(&batches).await?;
+        let acks: Vec<(SessionKey, u64)> = batches
+            .iter()
+            .map(|b| {
+                let up_to = b.records.iter().map(|r| r.turn_seq).max().unwrap_or(0);
+                (b.key.clone(), up_to)
+            })
+            .collect();
+        let dropped = self.redis.ack_shipped(&acks).await?;
+        let mut round = ShipRound::default();
+        for (batch, dropped) in batches.iter().zip(dropped) {
+            round.shipped += batch.records.len();
+            // Nothing dropped means the head of the log is not what we
+            // read: stop rather than loop; the next sweep looks again.
+            if batch.records.len() == SHIP_BATCH && dropped > 0 {
+                round.more.push(batch.key.clone());
+            }
+        }
+        Ok(round)
     }
 
     /// Ships the logs of every session that has unshipped records. A session
@@ -82,11 +128,19 @@ impl RedisLedgerStore {
     /// so it cannot hold back the others.
     pub async fn sweep(&self) -> StoreResult<usize> {
         let mut shipped = 0;
-        for key in self.redis.sessions_with_logs().await? {
-            match self.ship(&key).await {
-                Ok(n) => shipped += n,
-                Err(e) => {
-                    tracing::warn!(session = %key, error = %e, "shipping this session's turn records failed")
+        let keys = self.redis.sessions_with_logs().await?;
+        for chunk in keys.chunks(SESSIONS_PER_ROUND) {
+            if let Ok(n) = self.ship_many(chunk).await {
+                shipped += n;
+                continue;
+            }
+            // One by one, to find the session that fails.
+            for key in chunk {
+                match self.ship(key).await {
+                    Ok(n) => shipped += n,
+                    Err(e) => {
+                        tracing::warn!(session = %key, error = %e, "shipping this session's turn records failed")
+                    }
                 }
             }
         }
@@ -98,7 +152,18 @@ impl RedisLedgerStore {
         loop {
             let result = tokio::select! {
                 key = woken.recv() => match key {
-                    Some(key) => self.ship(&key).await.map(|_| ()),
+                    Some(key) => {
+                        // Every session woken meanwhile ships in the same round.
+                        let mut keys = BTreeSet::from([key]);
+                        while keys.len() < SESSIONS_PER_ROUND {
+                            match woken.try_recv() {
+                                Ok(key) => keys.insert(key),
+                                Err(_) => break,
+                            };
+                        }
+                        let keys: Vec<_> = keys.into_iter().collect();
+                        self.ship_many(&keys).await.map(|_| ())
+                    }
                     None => return,
                 },
                 _ = sweep.tick() => self.sweep().await.map(|_| ()),

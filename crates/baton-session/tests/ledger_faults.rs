@@ -73,6 +73,52 @@ async fn every_committed_turn_reaches_the_ledger_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_sessions_ship_together_each_turn_once() {
+    let redis = RedisServer::start();
+    // Turns committed with nobody shipping: one session with a log longer
+    // than a shipping batch (256), and 300 sessions of 2 turns — more than
+    // one shipping round holds.
+    let writer = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = replica(&writer, "a").await;
+    let long = key("long");
+    for i in 1..=300 {
+        turn(&writer, &long, &a, &format!("t{i}")).await;
+    }
+    let keys: Vec<_> = (0..300).map(|n| key(&format!("s{n}"))).collect();
+    let tasks: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            let (writer, a, k) = (writer.clone(), a.clone(), k.clone());
+            tokio::spawn(async move {
+                turn(&writer, &k, &a, "one").await;
+                turn(&writer, &k, &a, "two").await;
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let shipper = RedisLedgerStore::connect(&redis.url(), &ledgered::database())
+        .await
+        .unwrap();
+    let mut all = keys.clone();
+    all.push(long.clone());
+    // Twice, as two replicas might: the second round finds nothing left.
+    let first = shipper.ship_many(&all).await.unwrap();
+    let second = shipper.ship_many(&all).await.unwrap();
+    assert_eq!((first, second), (300 + 600, 0));
+    let ledger = shipper.ledger();
+    assert_eq!(ledger.turn_count(&long).await.unwrap(), 300);
+    let known = ledger.session(&long).await.unwrap().unwrap();
+    assert_eq!((known.last_version, known.turn_count), (300, 300));
+    for k in &keys {
+        let known = ledger.session(k).await.unwrap().unwrap();
+        assert_eq!((known.last_version, known.turn_count), (2, 2), "{k}");
+        assert_eq!(known.durable.unwrap().payload.as_ref(), b"two");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_gone_right_after_its_commits_loses_no_ledger_row() {
     let redis = RedisServer::start();
     // The first replica commits and never ships (Redis alone: no shipper).

@@ -130,6 +130,10 @@ fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+fn parse_error(e: redis::ParsingError) -> StoreError {
+    corrupt(format!("unexpected reply: {e}"))
+}
+
 fn corrupt(what: impl Into<String>) -> StoreError {
     StoreError::Corrupt(what.into())
 }
@@ -442,49 +446,79 @@ impl RedisStore {
         Ok(restored == 1)
     }
 
-    /// Up to `limit` unshipped turn records of `key` and the state as it is
-    /// now, read in one round trip.
-    pub(crate) async fn ship_batch(
+    /// For each of `keys`: up to `limit` unshipped turn records and the
+    /// state as it is now — all in one round trip.
+    pub(crate) async fn ship_batches(
         &self,
-        key: &SessionKey,
+        keys: &[SessionKey],
         limit: usize,
-    ) -> StoreResult<crate::ledger::ShipBatch> {
-        let keys = SessionKeys::new(key);
+    ) -> StoreResult<Vec<crate::ledger::ShipBatch>> {
         let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
-        // MULTI/EXEC: version and payload read at one instant.
-        let (raw, (version, workspace), payload): ShipReadout = redis::pipe()
-            .atomic()
-            .lrange(&keys.log, 0, end)
-            .hmget(&keys.state, &["version", "ws"])
-            .get(&keys.payload)
+        // MULTI/EXEC: each session's version and payload read at one instant.
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for key in keys {
+            let k = SessionKeys::new(key);
+            pipe.lrange(&k.log, 0, end)
+                .hmget(&k.state, &["version", "ws"])
+                .get(&k.payload);
+        }
+        let replies: Vec<Value> = pipe
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        let records = raw
-            .iter()
-            .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
-            .collect::<StoreResult<Vec<crate::model::TurnRecord>>>()?;
-        let durable = version.map(|version| crate::ledger::DurableCopy {
-            version,
-            payload: Bytes::from(payload.unwrap_or_default()),
-            workspace: workspace.filter(|w| !w.is_empty()),
-        });
-        Ok(crate::ledger::ShipBatch {
-            key: key.clone(),
-            records,
-            durable,
-        })
+        if replies.len() != keys.len() * 3 {
+            return Err(corrupt(format!(
+                "shipping read: {} replies for {} sessions",
+                replies.len(),
+                keys.len()
+            )));
+        }
+        let mut batches = Vec::with_capacity(keys.len());
+        for (key, reply) in keys.iter().zip(replies.chunks(3)) {
+            let (raw, (version, workspace), payload): ShipReadout = (
+                redis::from_redis_value_ref(&reply[0]).map_err(parse_error)?,
+                redis::from_redis_value_ref(&reply[1]).map_err(parse_error)?,
+                redis::from_redis_value_ref(&reply[2]).map_err(parse_error)?,
+            );
+            let records = raw
+                .iter()
+                .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
+                .collect::<StoreResult<Vec<crate::model::TurnRecord>>>()?;
+            let durable = version.map(|version| crate::ledger::DurableCopy {
+                version,
+                payload: Bytes::from(payload.unwrap_or_default()),
+                workspace: workspace.filter(|w| !w.is_empty()),
+            });
+            batches.push(crate::ledger::ShipBatch {
+                key: key.clone(),
+                records,
+                durable,
+            });
+        }
+        Ok(batches)
     }
 
-    /// Drops the shipped records (turnSeq up to `up_to`) from the log.
-    pub(crate) async fn ack_shipped(&self, key: &SessionKey, up_to: u64) -> StoreResult<u64> {
-        self.scripts
-            .ack
-            .key(SessionKeys::new(key).log)
-            .arg(up_to.to_string())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
+    /// Drops the shipped records of each session (turnSeq up to its
+    /// `up_to`) from its log, in one round trip; how many each dropped.
+    pub(crate) async fn ack_shipped(&self, acks: &[(SessionKey, u64)]) -> StoreResult<Vec<u64>> {
+        if acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let invocations: Vec<_> = acks
+            .iter()
+            .map(|(key, up_to)| {
+                let mut i = self.scripts.ack.prepare_invoke();
+                i.key(SessionKeys::new(key).log).arg(up_to.to_string());
+                i
+            })
+            .collect();
+        self.with_script(&self.scripts.ack, |pipe| {
+            for i in &invocations {
+                pipe.invoke_script(i);
+            }
+        })
+        .await
     }
 
     /// Replicas whose heartbeat key is alive, with when they last beat.
