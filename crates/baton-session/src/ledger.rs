@@ -122,12 +122,10 @@ impl PostgresLedger {
                     .push_bind(int(r.started_at_ms))
                     .push_bind(int(r.committed_at_ms));
             });
-            insert.push(" ON CONFLICT (tenant, session, turn_seq) DO NOTHING RETURNING tenant, session");
-            let done = insert
-                .build()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            insert.push(
+                " ON CONFLICT (tenant, session, turn_seq) DO NOTHING RETURNING tenant, session",
+            );
+            let done = insert.build().fetch_all(&mut *tx).await.map_err(db_error)?;
             for row in done {
                 *inserted
                     .entry((col(&row, "tenant")?, col(&row, "session")?))
@@ -154,7 +152,12 @@ impl PostgresLedger {
                 .push_bind(batch.key.session.as_str())
                 .push_bind(int(last.version))
                 .push_bind(int(last.turn_seq))
-                .push_bind(int(batch.records.iter().map(|r| r.fence).max().unwrap_or(0)))
+                .push_bind(int(batch
+                    .records
+                    .iter()
+                    .map(|r| r.fence)
+                    .max()
+                    .unwrap_or(0)))
                 .push_bind(last.replica.as_str())
                 .push_bind(int(last.committed_at_ms))
                 .push_bind(int(count))
@@ -174,11 +177,7 @@ impl PostgresLedger {
                state_payload   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_payload ELSE sessions.state_payload END,
                state_workspace = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_workspace ELSE sessions.state_workspace END",
         );
-        upsert
-            .build()
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        upsert.build().execute(&mut *tx).await.map_err(db_error)?;
         tx.commit().await.map_err(db_error)
     }
 

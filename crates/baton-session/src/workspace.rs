@@ -334,6 +334,21 @@ impl WorkspaceStore {
         version: u64,
         fence: u64,
     ) -> WorkspaceResult<Option<String>> {
+        Ok(self
+            .snapshot_manifest(dir, base, key, version, fence)
+            .await?
+            .0)
+    }
+
+    /// [`Self::snapshot`], also returning the manifest of what `dir` holds.
+    pub async fn snapshot_manifest(
+        &self,
+        dir: &Path,
+        base: &Manifest,
+        key: &SessionKey,
+        version: u64,
+        fence: u64,
+    ) -> WorkspaceResult<(Option<String>, Manifest)> {
         let mut manifest = Manifest::default();
         let mut new_blobs = Vec::new();
         for file in walk(dir)? {
@@ -346,7 +361,7 @@ impl WorkspaceStore {
             manifest.files.insert(name, entry);
         }
         if manifest == *base {
-            return Ok(None);
+            return Ok((None, manifest));
         }
         for (hash, content) in new_blobs {
             self.put_once(&blob_path(&hash), Bytes::from(content))
@@ -357,7 +372,7 @@ impl WorkspaceStore {
             .map_err(|e| WorkspaceError::BadManifest(reference.clone(), e))?;
         self.put_once(&ObjectPath::from(reference.as_str()), Bytes::from(body))
             .await?;
-        Ok(Some(reference))
+        Ok((Some(reference), manifest))
     }
 
     /// Writes an object that must never be overwritten. Content-addressed

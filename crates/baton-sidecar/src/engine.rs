@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use baton_api::agent_contract::TurnRequest;
 use baton_session::turn_record::{digest, now_ms};
-use baton_session::workspace::{WorkspaceError, WorkspaceStore};
+use baton_session::workspace::{Manifest, WorkspaceError, WorkspaceStore};
 use baton_session::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ReplicaId, SessionKey,
     StoreError, TurnStore,
@@ -126,6 +126,45 @@ pub struct Engine<S> {
     pub metrics: Metrics,
     /// Unix ms of the last store call that answered (heartbeats included).
     store_ok_at_ms: AtomicU64,
+    /// Session directories known to hold exactly a committed version's
+    /// files, so the next turn on this replica skips materialising them.
+    local: LocalWorkspaces,
+}
+
+/// Most session directories remembered as current.
+const LOCAL_WORKSPACES: usize = 10_000;
+
+/// What this replica's session directories hold, for the ones it knows:
+/// entries are made by our own commits and dropped as soon as a turn
+/// starts, so an aborted or fenced-out turn's leftovers are never trusted.
+#[derive(Default)]
+struct LocalWorkspaces(
+    std::sync::Mutex<std::collections::HashMap<SessionKey, (Option<String>, Manifest)>>,
+);
+
+impl LocalWorkspaces {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionKey, (Option<String>, Manifest)>>
+    {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The manifest the directory holds if it is exactly `reference`'s;
+    /// forgets the entry either way (the turn is about to change the directory).
+    fn take(&self, key: &SessionKey, reference: &Option<String>) -> Option<Manifest> {
+        let (held, manifest) = self.lock().remove(key)?;
+        (held == *reference).then_some(manifest)
+    }
+
+    fn remember(&self, key: &SessionKey, reference: Option<String>, manifest: Manifest) {
+        let mut map = self.lock();
+        if map.len() >= LOCAL_WORKSPACES {
+            // Rare and cheap to rebuild: the next turns materialise again.
+            map.clear();
+        }
+        map.insert(key.clone(), (reference, manifest));
+    }
 }
 
 /// How a running agent call ended.
@@ -158,6 +197,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             inflight: InFlight::default(),
             metrics: Metrics::default(),
             store_ok_at_ms: AtomicU64::new(0),
+            local: LocalWorkspaces::default(),
         })
     }
 
@@ -322,10 +362,15 @@ impl<S: TurnStore + 'static> Engine<S> {
             "lease granted"
         );
         let dir = self.workspace_dir(&lease.key);
-        let materialized = self
-            .workspaces
-            .materialize(state.workspace.as_deref(), &dir)
-            .await?;
+        let base = match self.local.take(&lease.key, &state.workspace) {
+            Some(manifest) => manifest,
+            None => {
+                self.workspaces
+                    .materialize(state.workspace.as_deref(), &dir)
+                    .await?
+                    .manifest
+            }
+        };
         let payload = state.payload.unwrap_or_default();
         let agent_state = if payload.is_empty() {
             serde_json::Value::Null
@@ -365,20 +410,11 @@ impl<S: TurnStore + 'static> Engine<S> {
             )));
         }
         let new_version = lease.version + 1;
-        let workspace = match self
+        let (changed, manifest) = self
             .workspaces
-            .snapshot(
-                &dir,
-                &materialized.manifest,
-                &lease.key,
-                new_version,
-                lease.fence,
-            )
-            .await?
-        {
-            Some(reference) => Some(reference),
-            None => state.workspace,
-        };
+            .snapshot_manifest(&dir, &base, &lease.key, new_version, lease.fence)
+            .await?;
+        let workspace = changed.or(state.workspace);
         let commit = CommitRequest {
             lease: lease.clone(),
             expected_version: lease.version,
@@ -390,12 +426,15 @@ impl<S: TurnStore + 'static> Engine<S> {
             input_digest: digest(ask.input.as_bytes()),
         };
         match self.timed("commit", self.store.commit(&commit)).await? {
-            CommitOutcome::Committed { version } => Ok(TurnAnswer {
-                reply: response.reply,
-                turn_seq: lease.turn_seq,
-                version,
-                duplicate: false,
-            }),
+            CommitOutcome::Committed { version } => {
+                self.local.remember(&lease.key, commit.workspace, manifest);
+                Ok(TurnAnswer {
+                    reply: response.reply,
+                    turn_seq: lease.turn_seq,
+                    version,
+                    duplicate: false,
+                })
+            }
             CommitOutcome::LeaseLost => Err(TurnError::LeaseLost),
             CommitOutcome::Conflict { current_version } => {
                 Err(TurnError::Conflict { current_version })

@@ -588,6 +588,29 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such route")
 }
 
+/// Refuses a body whose announced length is over the limit before reading
+/// any of it (the body limit alone would read up to the limit first).
+async fn announced_length(
+    State(limit): State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match announced {
+        Some(length) if length > limit as u64 => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_LARGE",
+            format!("request body: {length} bytes; the limit is {limit}"),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
 /// Every route of the sidecar.
 pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Router {
     let limit = api.max_body_bytes;
@@ -609,6 +632,10 @@ pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Rout
         .route("/metrics", get(metrics::<S>))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            limit,
+            announced_length,
+        ))
         .with_state(api)
 }
 
