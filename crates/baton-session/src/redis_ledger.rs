@@ -32,6 +32,8 @@ use crate::turn_record::now_ms;
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Records shipped per round trip.
 const SHIP_BATCH: usize = 256;
+/// How long the shipper waits after a commit for more to ship with it.
+const SHIP_LINGER: Duration = Duration::from_millis(20);
 /// Most sessions shipped in one round.
 const SESSIONS_PER_ROUND: usize = 256;
 
@@ -153,7 +155,11 @@ impl RedisLedgerStore {
             let result = tokio::select! {
                 key = woken.recv() => match key {
                     Some(key) => {
-                        // Every session woken meanwhile ships in the same round.
+                        // Linger briefly so the commits of the next few
+                        // milliseconds ship in the same round: one Redis
+                        // read and one ledger transaction for all of them,
+                        // instead of round trips competing with every turn.
+                        tokio::time::sleep(SHIP_LINGER).await;
                         let mut keys = BTreeSet::from([key]);
                         while keys.len() < SESSIONS_PER_ROUND {
                             match woken.try_recv() {
