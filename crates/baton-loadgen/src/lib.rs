@@ -190,6 +190,9 @@ enum Attempt {
 struct Client {
     http: reqwest::Client,
     args: BenchArgs,
+    /// Direct mode: the workspace directories the agent is given, removed
+    /// when the run ends.
+    scratch: tempfile::TempDir,
 }
 
 impl Client {
@@ -351,6 +354,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let client = Arc::new(Client {
         http,
         args: args.clone(),
+        scratch: tempfile::tempdir().context("scratch directory")?,
     });
     let stop = Arc::new(AtomicBool::new(false));
     let mut per_client: Vec<Vec<Session>> = (0..args.concurrency).map(|_| Vec::new()).collect();
