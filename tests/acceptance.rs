@@ -46,10 +46,14 @@ on_both_stores!(
 );
 
 /// Criterion 1 / G1: turns alternate between the two replicas and each
-/// answers from the other's state.
+/// answers from the other's state; through the front door too.
 async fn continuity_across_replicas(stores: Stores) {
     let dev = Cluster::start(stores).await;
-    let mut replicas = Vec::new();
+    let replicas = dev.replicas().await.unwrap();
+    let urls: Vec<String> = replicas
+        .iter()
+        .map(|r| r["url"].as_str().unwrap().to_owned())
+        .collect();
     let inputs = [
         "my name is Lin",
         "I like tea",
@@ -57,24 +61,48 @@ async fn continuity_across_replicas(stores: Stores) {
         "我叫什么",
     ];
     for (i, input) in inputs.iter().enumerate() {
-        let (status, body) = dev.chat("s-lin", input).await;
+        // Strictly alternating: replica 0, 1, 0, 1.
+        let url = &urls[i % 2];
+        let (status, body) = dev
+            .post(
+                &format!("{url}/api/chat"),
+                &json!({ "sessionId": "s-lin", "input": input }),
+            )
+            .await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["status"], "OK");
         assert_eq!(body["stateVersion"], json!(i + 1), "one version per turn");
-        replicas.push(body["replica"].as_str().unwrap().to_owned());
+        assert_eq!(body["replica"], replicas[i % 2]["id"]);
         if *input == "what is my name?" {
-            assert_eq!(body["reply"], "Your name is Lin.");
+            assert_eq!(
+                body["reply"], "Your name is Lin.",
+                "replica 0 answers from replica 1's commit"
+            );
         }
         if *input == "我叫什么" {
             assert_eq!(body["reply"], "你叫Lin。");
         }
     }
-    for pair in replicas.windows(2) {
-        assert_ne!(pair[0], pair[1], "round robin alternates: {replicas:?}");
+    // Through the front door (round robin, like a Service): the same session
+    // goes on wherever it lands.
+    let mut served = std::collections::BTreeSet::new();
+    for n in 5..=8 {
+        let (status, body) = dev.chat("s-lin", "what is my name?").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            (body["reply"].as_str(), body["stateVersion"].as_u64()),
+            (Some("Your name is Lin."), Some(n))
+        );
+        served.insert(body["replica"].as_str().unwrap().to_owned());
     }
-    let view = dev.session("s-lin").await;
-    assert_eq!(view["version"], 4);
-    assert_eq!(view["turns"].as_array().unwrap().len(), 4, "{view}");
+    assert_eq!(served.len(), 2, "the front door used both replicas");
+    // The turn history reaches the view (on real stores, through the ledger shipper).
+    baton_testkit::poll_async(
+        Duration::from_secs(10),
+        "8 turns in the session's history",
+        || async { (dev.session("s-lin").await["turns"].as_array()?.len() == 8).then_some(()) },
+    )
+    .await;
 }
 
 /// Criterion 2 / G2 and criterion 4 / G4: kill -9 of the replica running a
@@ -122,8 +150,8 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
     assert_eq!(body["reply"], "Your name is Lin.");
     assert_eq!(body["stateVersion"], 4, "the killed turn committed nothing");
     assert!(
-        failover_ms < 10_000,
-        "the session must be free well before the 30 s lease TTL, took {failover_ms} ms"
+        failover_ms < 3_000,
+        "the session must be free within about a second (heartbeat), not after the 30 s lease TTL; took {failover_ms} ms"
     );
     let cut = long.await.unwrap();
     assert!(
@@ -154,7 +182,7 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
         .data_dir
         .join("replicas")
         .join(server)
-        .join("workspace/default/s-fail");
+        .join("workspace/current/default/s-fail");
     assert_eq!(
         std::fs::read_to_string(local.join("plan.md")).unwrap(),
         "step one\n"
@@ -174,7 +202,14 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
 /// per turnSeq, the rest BUSY / CONFLICT / DUPLICATE, the agent ran once per
 /// committed turn, and the final state is exactly the OK turns in order.
 async fn concurrent_turns_have_a_single_writer(stores: Stores) {
-    let dev = Cluster::start(stores).await;
+    // A slow heartbeat: under a 100-request burst on two cores, a late beat
+    // must not let a live holder's lease be taken over (that is G2's test).
+    let dev = Cluster::start_with(ClusterOptions {
+        stores,
+        heartbeat_interval: "1s",
+        ..ClusterOptions::default()
+    })
+    .await;
     let burst = |inputs: Vec<(String, Option<u64>)>| {
         let (http, url) = (dev.http.clone(), dev.url.clone());
         async move {
@@ -332,7 +367,7 @@ async fn a_paused_holder_is_fenced_out(stores: Stores) {
         tokio::spawn(async move {
             let r = http
                 .post(format!("{url}/v1/sessions/s-pause/turns"))
-                .json(&json!({ "input": "/sleep 1500" }))
+                .json(&json!({ "input": "/sleep 3000" }))
                 .send()
                 .await
                 .unwrap();
@@ -353,7 +388,7 @@ async fn a_paused_holder_is_fenced_out(stores: Stores) {
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["stateVersion"], 2);
-    while paused.elapsed() < Duration::from_secs(4) {
+    while paused.elapsed() < Duration::from_millis(4500) {
         // Let the paused holder's lease run out too (3 s): G5 is about a
         // holder resumed after its lease, not just its heartbeat, expired.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -403,7 +438,7 @@ async fn takeover_frees_a_stuck_session_at_once(stores: Stores) {
         tokio::spawn(async move {
             let r = http
                 .post(format!("{url}/v1/sessions/s-stuck/turns"))
-                .json(&json!({ "input": "/sleep 2000" }))
+                .json(&json!({ "input": "/sleep 5000" }))
                 .send()
                 .await
                 .unwrap();
@@ -454,15 +489,22 @@ async fn takeover_frees_a_stuck_session_at_once(stores: Stores) {
 /// or duplicated (`--verify`).
 async fn rollout_under_load_loses_no_turn(stores: Stores) {
     let dev = Cluster::start(stores).await;
+    let load = Duration::from_secs(15);
+    let started = Instant::now();
     let bench = dev.bench(&[
         "--sessions=40",
         "--concurrency=8",
-        "--duration=10s",
+        "--duration=15s",
         "--verify",
     ]);
     // Let the load reach every replica before the rollout starts.
     support::poll_turns(&dev, 20).await;
     let rollout = dev.rollout();
+    assert!(
+        started.elapsed() < load,
+        "the rollout must finish while the load still runs ({:?})",
+        started.elapsed()
+    );
     assert!(
         rollout.status.success(),
         "rollout failed: {}\n{}",

@@ -8,6 +8,7 @@ use support::{Replica, serial};
 
 const TOKEN_ACME: &str = "acme-token-0123456789";
 const TOKEN_GLOBEX: &str = "globex-token-0123456789";
+const TOKEN_ADMIN: &str = "admin-token-0123456789";
 
 async fn send(req: reqwest::RequestBuilder) -> (u16, Value, reqwest::header::HeaderMap) {
     let r = req.send().await.expect("request");
@@ -171,7 +172,8 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
 async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
     let _one = serial().await;
     let tokens = format!("--auth-tokens={TOKEN_ACME}=acme,{TOKEN_GLOBEX}=globex");
-    let replica = Replica::start(&[&tokens]).await;
+    let admins = format!("--admin-tokens={TOKEN_ADMIN}");
+    let replica = Replica::start(&[&tokens, &admins]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-1/turns", replica.url);
     let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "hi" }))).await;
@@ -214,8 +216,22 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
         (acme["tenant"].as_str(), acme["version"].as_u64()),
         (Some("acme"), Some(1))
     );
-    let (status, _, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
+    let status_url = format!("{}/v1/admin/status", replica.url);
+    let (status, _, _) = send(http.get(&status_url)).await;
     assert_eq!(status, 401, "the admin API needs a token too");
+    let (status, _, _) = send(http.get(&status_url).bearer_auth(TOKEN_ACME)).await;
+    assert_eq!(status, 401, "a tenant's token is not an admin token");
+    let (status, body, _) = send(http.get(&status_url).bearer_auth(TOKEN_ADMIN)).await;
+    assert_eq!(
+        (status, body["replica"].as_str()),
+        (200, Some("solo")),
+        "{body}"
+    );
+    let (status, _, _) = send(http.get(format!("{}/v1/admin/prestop", replica.url))).await;
+    assert_eq!(
+        status, 401,
+        "nobody drains a replica without an admin token"
+    );
     // Probes and metrics stay open for the kubelet and Prometheus.
     assert_eq!(
         http.get(format!("{}/readyz", replica.url))
@@ -310,7 +326,7 @@ async fn drain_refuses_new_turns_and_finishes_running_ones() {
             format!("{}/v1/sessions/s-long/turns", replica.url),
         );
         tokio::spawn(
-            async move { send(http.post(url).json(&json!({ "input": "/sleep 1500" }))).await },
+            async move { send(http.post(url).json(&json!({ "input": "/sleep 4000" }))).await },
         )
     };
     baton_testkit::poll_async(
@@ -362,4 +378,121 @@ async fn drain_refuses_new_turns_and_finishes_running_ones() {
         (200, Some(0)),
         "{body}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_does_not_strand_the_lease() {
+    let _one = serial().await;
+    let replica = Replica::start(&[]).await;
+    let http = reqwest::Client::new();
+    let turns = format!("{}/v1/sessions/s-gone/turns", replica.url);
+    // The client gives up long before the turn ends.
+    let gone = http
+        .post(&turns)
+        .timeout(std::time::Duration::from_millis(300))
+        .json(&json!({ "input": "/sleep 1500" }))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client timed out");
+    // The turn still runs to its end and commits; the lease is released.
+    let view = baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the abandoned turn to commit",
+        || async {
+            let (status, view, _) =
+                send(http.get(format!("{}/v1/sessions/s-gone", replica.url))).await;
+            (status == 200 && view["version"] == 1).then_some(view)
+        },
+    )
+    .await;
+    assert_eq!(view["lease"], Value::Null, "{view}");
+    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "next" }))).await;
+    assert_eq!(
+        (status, body["stateVersion"].as_u64()),
+        (200, Some(2)),
+        "{body}"
+    );
+    let metrics = http
+        .get(format!("{}/metrics", replica.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("baton_leases_held 0"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_timeout_aborts_running_turns_and_frees_their_sessions() {
+    let _one = serial().await;
+    let replica = Replica::start(&["--drain-timeout=1s"]).await;
+    let http = reqwest::Client::new();
+    let long = {
+        let (http, url) = (
+            http.clone(),
+            format!("{}/v1/sessions/s-cut/turns", replica.url),
+        );
+        tokio::spawn(
+            async move { send(http.post(url).json(&json!({ "input": "/sleep 20000" }))).await },
+        )
+    };
+    baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the turn to run",
+        || async {
+            let (_, s, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
+            (s["inFlight"] == 1).then_some(())
+        },
+    )
+    .await;
+    let (status, body, _) =
+        send(http.post(format!("{}/v1/admin/drain?wait=true", replica.url))).await;
+    assert_eq!(
+        (status, body["inFlight"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
+    let (status, body, headers) = long.await.unwrap();
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (503, Some("ABORTED")),
+        "{body}"
+    );
+    assert_eq!(
+        headers["x-baton-outcome"], "ABORTED",
+        "not DRAINING: the agent ran, so no proxy retries it blindly"
+    );
+    let (status, view, _) = send(http.get(format!("{}/v1/sessions/s-cut", replica.url))).await;
+    // Nothing was committed and the lease was handed back.
+    assert!(
+        status == 404 || (view["version"] == 0 && view["lease"].is_null()),
+        "{status} {view}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_its_agent_a_replica_is_not_ready_and_turns_may_retry() {
+    let _one = serial().await;
+    let closed = baton_testkit::free_port();
+    let agent = format!("--agent-url=http://127.0.0.1:{closed}");
+    let replica = Replica::start_until(&[&agent], "/healthz").await;
+    let http = reqwest::Client::new();
+    let (status, body, _) = send(http.get(format!("{}/readyz", replica.url))).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (503, Some("AGENT_UNAVAILABLE")),
+        "{body}"
+    );
+    let (status, body, headers) = send(
+        http.post(format!("{}/v1/sessions/s-1/turns", replica.url))
+            .json(&json!({ "input": "hi" })),
+    )
+    .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (503, Some("AGENT_UNAVAILABLE")),
+        "{body}"
+    );
+    assert_eq!(headers["retry-after"], "1");
 }

@@ -372,7 +372,13 @@ fn listening_url(child: &mut Child, what: &str) -> String {
 }
 
 impl Replica {
+    /// Starts a replica and waits until it is ready.
     pub async fn start(extra: &[&str]) -> Self {
+        Self::start_until(extra, "/readyz").await
+    }
+
+    /// Starts a replica and waits until `probe` answers 200.
+    pub async fn start_until(extra: &[&str], probe: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut agent = Command::new(BATON)
             .args(["agent", "--listen=127.0.0.1:0"])
@@ -385,7 +391,10 @@ impl Replica {
         let mut sidecar = Command::new(BATON)
             .arg("sidecar")
             .args(["--replica-id=solo", "--listen=127.0.0.1:0"])
-            .arg(format!("--agent-url={agent_url}"))
+            .args(
+                (!extra.iter().any(|a| a.starts_with("--agent-url")))
+                    .then(|| format!("--agent-url={agent_url}")),
+            )
             .arg("--sqlite-path")
             .arg(dir.path().join("baton.db"))
             .arg("--objects-dir")
@@ -408,7 +417,7 @@ impl Replica {
         let http = reqwest::Client::new();
         poll_async(Duration::from_secs(30), "the sidecar ready", || async {
             let r = http
-                .get(format!("{}/readyz", replica.url))
+                .get(format!("{}{probe}", replica.url))
                 .send()
                 .await
                 .ok()?;

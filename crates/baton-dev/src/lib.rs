@@ -36,7 +36,7 @@ struct Dev {
     door: Arc<FrontDoor>,
     args: DevArgs,
     http: reqwest::Client,
-    rolling: tokio::sync::Mutex<()>,
+    rolling: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// One replica's replacement during a rollout.
@@ -100,7 +100,7 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
         door: Arc::new(FrontDoor::new(slots.clone())),
         args: args.clone(),
         http: reqwest::Client::new(),
-        rolling: tokio::sync::Mutex::new(()),
+        rolling: Arc::new(tokio::sync::Mutex::new(())),
     });
     print_banner(&args, front, &slots, embedded);
 
@@ -217,14 +217,23 @@ async fn list_replicas(State(dev): State<Arc<Dev>>) -> Json<Vec<replica::Replica
 }
 
 async fn post_rollout(State(dev): State<Arc<Dev>>) -> Response {
-    let Ok(_one_at_a_time) = dev.rolling.try_lock() else {
+    let Ok(one_at_a_time) = dev.rolling.clone().try_lock_owned() else {
         return (
             StatusCode::CONFLICT,
             Json(json!({ "status": "ROLLOUT_RUNNING", "error": "a rollout is already running" })),
         )
             .into_response();
     };
-    match rollout(&dev).await {
+    // Its own task: a client that goes away must not leave a replica
+    // drained and never replaced.
+    let task = tokio::spawn(async move {
+        let _held = one_at_a_time;
+        rollout(&dev).await
+    });
+    let outcome = task
+        .await
+        .unwrap_or_else(|e| Err(format!("the rollout task failed: {e}")));
+    match outcome {
         Ok(steps) => Json(json!({ "status": "OK", "replaced": steps })).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,

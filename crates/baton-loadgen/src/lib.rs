@@ -149,6 +149,8 @@ pub struct Report {
     /// Turns that ended without being acknowledged.
     pub failed: u64,
     pub verified_sessions: Option<usize>,
+    /// Sessions not verified because one of their turns failed.
+    pub unverified_sessions: usize,
     /// Sessions whose state does not hold exactly their acknowledged turns.
     pub verify_errors: Vec<String>,
 }
@@ -169,6 +171,8 @@ struct ClientResult {
     outcomes: BTreeMap<String, u64>,
     retries: BTreeMap<String, u64>,
     failed: u64,
+    /// Sessions left out of verification after a turn of unknown fate.
+    unverifiable: usize,
     sessions: Vec<Session>,
 }
 
@@ -226,7 +230,12 @@ impl Client {
             }
         };
         let status = answer.status();
-        let body: Value = answer.json().await.unwrap_or(Value::Null);
+        let body: Value = match answer.json().await {
+            Ok(body) => body,
+            // The answer was cut off: the turn may have committed, and the
+            // same turnSeq tells (DUPLICATE) without running it again.
+            Err(_) => return Attempt::Retry("DROPPED".into()),
+        };
         let outcome = body["status"].as_str().unwrap_or("?").to_owned();
         match (status.as_u16(), outcome.as_str()) {
             (200, "OK") => Attempt::Acknowledged("OK"),
@@ -246,9 +255,7 @@ impl Client {
             turn_seq: session.next_seq,
             input: input.to_owned(),
             state: session.state.clone(),
-            workspace_dir: std::env::temp_dir()
-                .join("baton-bench-direct")
-                .join(&session.id),
+            workspace_dir: self.scratch.path().join(&session.id),
         };
         let url = format!(
             "{}{}",
@@ -280,6 +287,7 @@ impl Client {
             outcomes: BTreeMap::new(),
             retries: BTreeMap::new(),
             failed: 0,
+            unverifiable: 0,
             sessions: Vec::new(),
         };
         let mut i = 0;
@@ -318,9 +326,10 @@ impl Client {
                     let label = why.split(':').next().unwrap_or("FAILED").to_owned();
                     *result.outcomes.entry(label).or_default() += 1;
                     eprintln!("baton bench: {} turn {seq} failed: {why}", session.id);
-                    // The turn's fate is unknown; this session is out of the
-                    // run so verification stays exact.
-                    result.sessions.push(sessions.swap_remove(idx));
+                    // The turn's fate is unknown: the session leaves the run
+                    // and is not verified, so verification stays exact.
+                    result.unverifiable += 1;
+                    sessions.swap_remove(idx);
                 }
             }
         }
@@ -405,6 +414,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
             *report.retries.entry(k).or_default() += v;
         }
         report.failed += r.failed;
+        report.unverified_sessions += r.unverifiable;
         sessions.extend(r.sessions);
     }
     report.seconds = started.elapsed().as_secs_f64();
@@ -455,6 +465,13 @@ async fn verify(client: &Client, sessions: &[Session]) -> Vec<String> {
 
 fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
+}
+
+impl Report {
+    /// A run passes when no turn failed and verification found nothing wrong.
+    pub fn passed(&self) -> bool {
+        self.failed == 0 && self.verify_errors.is_empty()
+    }
 }
 
 /// The report as people read it.

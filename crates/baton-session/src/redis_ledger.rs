@@ -130,7 +130,10 @@ impl RedisLedgerStore {
     /// so it cannot hold back the others.
     pub async fn sweep(&self) -> StoreResult<usize> {
         let mut shipped = 0;
-        let keys = self.redis.sessions_with_logs().await?;
+        let mut keys = self.redis.sessions_with_logs().await?;
+        // In key order, as the woken path ships them: two shippers' ledger
+        // transactions then lock rows in the same order and cannot deadlock.
+        keys.sort();
         for chunk in keys.chunks(SESSIONS_PER_ROUND) {
             if let Ok(n) = self.ship_many(chunk).await {
                 shipped += n;

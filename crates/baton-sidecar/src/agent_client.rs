@@ -8,8 +8,12 @@ use baton_api::agent_contract::{TURN_PATH, TurnRequest, TurnResponse};
 pub enum AgentCallError {
     #[error("the agent did not answer within {0:?}")]
     Timeout(Duration),
+    /// The connection was refused: the agent never saw the turn.
     #[error("the agent is unreachable: {0}")]
     Unreachable(String),
+    /// The connection broke after the request was sent: it may have run.
+    #[error("the agent's connection broke: {0}")]
+    Broken(String),
     #[error("the agent answered {status}: {body}")]
     Failed { status: u16, body: String },
     #[error("the agent's answer is not the contract's {{reply, state}}: {0}")]
@@ -20,6 +24,8 @@ pub enum AgentCallError {
 pub struct AgentClient {
     http: reqwest::Client,
     url: String,
+    /// `host:port` of the agent, for the readiness check.
+    address: Option<String>,
     timeout: Duration,
 }
 
@@ -28,11 +34,28 @@ const QUOTED_BODY_CHARS: usize = 512;
 
 impl AgentClient {
     pub fn new(base_url: &str, timeout: Duration) -> Self {
+        let address = reqwest::Url::parse(base_url)
+            .ok()
+            .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)));
         Self {
             http: reqwest::Client::new(),
             url: format!("{}{TURN_PATH}", base_url.trim_end_matches('/')),
+            address,
             timeout,
         }
+    }
+
+    /// Whether the agent accepts connections (its container may start after
+    /// the sidecar, or restart): a replica is not ready without it.
+    pub async fn reachable(&self) -> bool {
+        let Some(address) = &self.address else {
+            return false;
+        };
+        let connect = tokio::net::TcpStream::connect(address.as_str());
+        matches!(
+            tokio::time::timeout(Duration::from_millis(500), connect).await,
+            Ok(Ok(_))
+        )
     }
 
     pub async fn turn(&self, req: &TurnRequest) -> Result<TurnResponse, AgentCallError> {
@@ -46,13 +69,14 @@ impl AgentClient {
         let response = match sent {
             Ok(r) => r,
             Err(e) if e.is_timeout() => return Err(AgentCallError::Timeout(self.timeout)),
-            Err(e) => return Err(AgentCallError::Unreachable(e.to_string())),
+            Err(e) if e.is_connect() => return Err(AgentCallError::Unreachable(e.to_string())),
+            Err(e) => return Err(AgentCallError::Broken(e.to_string())),
         };
         let status = response.status();
         let body = match response.bytes().await {
             Ok(b) => b,
             Err(e) if e.is_timeout() => return Err(AgentCallError::Timeout(self.timeout)),
-            Err(e) => return Err(AgentCallError::Unreachable(e.to_string())),
+            Err(e) => return Err(AgentCallError::Broken(e.to_string())),
         };
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body);

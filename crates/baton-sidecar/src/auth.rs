@@ -15,7 +15,12 @@ pub const DEFAULT_TENANT: &str = "default";
 #[derive(Clone, Debug)]
 pub enum Auth {
     Off,
-    Tokens(HashMap<String, TenantId>),
+    /// Tenant tokens, and the operators' tokens for the admin API (drain,
+    /// status, preStop), which tenant tokens cannot use.
+    Tokens {
+        tenants: HashMap<String, TenantId>,
+        admins: Vec<String>,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -29,13 +34,32 @@ pub enum AuthError {
 }
 
 impl Auth {
-    /// Parses `token=tenant,token=tenant`; every problem names its entry.
-    pub fn parse(spec: Option<&str>) -> Result<Self, String> {
-        let Some(spec) = spec.filter(|s| !s.trim().is_empty()) else {
+    /// Parses `token=tenant,token=tenant` and the admin tokens
+    /// (`token,token`); every problem names its entry. Authentication is on
+    /// when either list is given.
+    pub fn parse(spec: Option<&str>, admin_spec: Option<&str>) -> Result<Self, String> {
+        let spec = spec.filter(|s| !s.trim().is_empty());
+        let admin_spec = admin_spec.filter(|s| !s.trim().is_empty());
+        if spec.is_none() && admin_spec.is_none() {
             return Ok(Self::Off);
-        };
+        }
+        let mut admins = Vec::new();
+        for (i, token) in admin_spec.unwrap_or_default().split(',').enumerate() {
+            let token = token.trim();
+            if token.len() < 16 {
+                return Err(format!(
+                    "BATON_ADMIN_TOKENS entry {i}: tokens must be at least 16 characters"
+                ));
+            }
+            admins.push(token.to_owned());
+        }
         let mut tokens = HashMap::new();
-        for (i, entry) in spec.split(',').enumerate() {
+        for (i, entry) in spec
+            .unwrap_or_default()
+            .split(',')
+            .filter(|e| !e.trim().is_empty())
+            .enumerate()
+        {
             let (token, tenant) = entry
                 .trim()
                 .split_once('=')
@@ -49,7 +73,34 @@ impl Auth {
                 .map_err(|e| format!("BATON_AUTH_TOKENS entry {i}: tenant: {e}"))?;
             tokens.insert(token.to_owned(), tenant);
         }
-        Ok(Self::Tokens(tokens))
+        Ok(Self::Tokens {
+            tenants: tokens,
+            admins,
+        })
+    }
+
+    fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(AuthError::Missing)
+    }
+
+    /// Whether the request may use the admin API.
+    pub fn admin(&self, headers: &HeaderMap) -> Result<(), AuthError> {
+        match self {
+            Self::Off => Ok(()),
+            Self::Tokens { admins, .. } => {
+                let token = Self::bearer(headers)?;
+                if admins.iter().any(|a| a == token) {
+                    Ok(())
+                } else {
+                    Err(AuthError::Unknown)
+                }
+            }
+        }
     }
 
     /// The tenant a request acts for.
@@ -66,13 +117,9 @@ impl Auth {
                     .unwrap_or(DEFAULT_TENANT);
                 TenantId::new(name).map_err(|e| AuthError::BadTenant(e.to_string()))
             }
-            Self::Tokens(tokens) => {
-                let token = headers
-                    .get(axum::http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .ok_or(AuthError::Missing)?;
-                tokens.get(token.trim()).cloned().ok_or(AuthError::Unknown)
+            Self::Tokens { tenants, .. } => {
+                let token = Self::bearer(headers)?;
+                tenants.get(token).cloned().ok_or(AuthError::Unknown)
             }
         }
     }
@@ -92,7 +139,7 @@ mod tests {
 
     #[test]
     fn off_reads_the_tenant_header_or_defaults() {
-        let auth = Auth::parse(None).unwrap();
+        let auth = Auth::parse(None, None).unwrap();
         assert_eq!(auth.tenant(&headers(&[])).unwrap().as_str(), "default");
         let acme = headers(&[(TENANT_HEADER, "acme")]);
         assert_eq!(auth.tenant(&acme).unwrap().as_str(), "acme");
@@ -105,7 +152,11 @@ mod tests {
 
     #[test]
     fn tokens_map_to_their_tenant_and_nothing_else_passes() {
-        let auth = Auth::parse(Some("0123456789abcdef=acme, fedcba9876543210=globex")).unwrap();
+        let auth = Auth::parse(
+            Some("0123456789abcdef=acme, fedcba9876543210=globex"),
+            Some("admin-0123456789ab"),
+        )
+        .unwrap();
         let ok = headers(&[("authorization", "Bearer fedcba9876543210")]);
         assert_eq!(auth.tenant(&ok).unwrap().as_str(), "globex");
         assert_eq!(auth.tenant(&headers(&[])), Err(AuthError::Missing));
@@ -117,24 +168,34 @@ mod tests {
             (TENANT_HEADER, "globex"),
         ]);
         assert_eq!(auth.tenant(&spoof).unwrap().as_str(), "acme");
+        // Tenant tokens are not admin tokens, and the other way round.
+        assert_eq!(auth.admin(&ok), Err(AuthError::Unknown));
+        let admin = headers(&[("authorization", "Bearer admin-0123456789ab")]);
+        assert_eq!(auth.admin(&admin), Ok(()));
+        assert_eq!(auth.tenant(&admin), Err(AuthError::Unknown));
     }
 
     #[test]
     fn bad_token_lists_name_the_entry() {
         assert!(
-            Auth::parse(Some("short=acme"))
+            Auth::parse(Some("short=acme"), None)
                 .unwrap_err()
                 .contains("entry 0")
         );
         assert!(
-            Auth::parse(Some("0123456789abcdef"))
+            Auth::parse(Some("0123456789abcdef"), None)
                 .unwrap_err()
                 .contains("token=tenant")
         );
         assert!(
-            Auth::parse(Some("0123456789abcdef=ok,0123456789abcdeg=a/b"))
+            Auth::parse(Some("0123456789abcdef=ok,0123456789abcdeg=a/b"), None)
                 .unwrap_err()
                 .contains("entry 1: tenant")
+        );
+        assert!(
+            Auth::parse(None, Some("short"))
+                .unwrap_err()
+                .contains("BATON_ADMIN_TOKENS")
         );
     }
 }

@@ -101,6 +101,13 @@ pub struct SidecarArgs {
     #[arg(long, env = "BATON_AUTH_TOKENS", hide_env_values = true)]
     pub auth_tokens: Option<String>,
 
+    /// Bearer tokens of operators for the admin API (drain, status,
+    /// preStop), separated by commas. With either token list set, the admin
+    /// API takes only these (give the kubelet's preStop hook one in its
+    /// `httpHeaders`).
+    #[arg(long, env = "BATON_ADMIN_TOKENS", hide_env_values = true)]
+    pub admin_tokens: Option<String>,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,

@@ -79,8 +79,14 @@ pub enum TurnError {
     StateLost { last_version: u64 },
     #[error("this replica is draining; retry on another")]
     Draining,
-    #[error("the turn was aborted at the drain timeout; retry on another replica")]
+    #[error(
+        "the turn was aborted at the drain timeout; nothing was committed, but the agent may have run"
+    )]
     AbortedByDrain,
+    #[error(
+        "the store did not answer the commit of turnSeq {turn_seq}: it may or may not have committed; retry with turnSeq {turn_seq} to find out (DUPLICATE if it did)"
+    )]
+    CommitUnknown { turn_seq: u64 },
     #[error("{0}")]
     Agent(AgentCallError),
     #[error("the agent's new state is not usable: {0}")]
@@ -101,10 +107,20 @@ impl TurnError {
             Self::Gap { .. } => "GAP",
             Self::Stale { .. } => "STALE",
             Self::StateLost { .. } => "STATE_LOST",
-            Self::Draining | Self::AbortedByDrain => "DRAINING",
+            Self::Draining => "DRAINING",
+            Self::AbortedByDrain => "ABORTED",
+            Self::CommitUnknown { .. } => "COMMIT_UNKNOWN",
             Self::Agent(AgentCallError::Timeout(_)) => "AGENT_TIMEOUT",
+            Self::Agent(AgentCallError::Unreachable(_)) => "AGENT_UNAVAILABLE",
             Self::Agent(_) | Self::BadAgentState(_) => "AGENT_FAILED",
+            // The agent left files the workspace refuses (too many, too big,
+            // names that are not UTF-8): its output, not a store outage.
+            Self::Workspace(WorkspaceError::Refused { .. }) => "AGENT_FAILED",
+            Self::Workspace(WorkspaceError::BadManifest(..))
+            | Self::Store(StoreError::Corrupt(_)) => "CORRUPT",
+            Self::Workspace(WorkspaceError::Io(_)) => "WORKSPACE_IO",
             Self::Store(StoreError::TooLarge { .. }) => "TOO_LARGE",
+            Self::Store(StoreError::InvalidId(_)) => "BAD_REQUEST",
             Self::Store(_) | Self::Workspace(_) => "STORE_UNAVAILABLE",
         }
     }
@@ -113,7 +129,7 @@ impl TurnError {
 pub struct Engine<S> {
     pub store: S,
     pub workspaces: WorkspaceStore,
-    agent: AgentClient,
+    pub agent: AgentClient,
     /// The replica's name (pod name).
     pub replica: String,
     /// This process's identity in leases and heartbeats: the replica name
@@ -157,6 +173,10 @@ impl LocalWorkspaces {
         (held == *reference).then_some(manifest)
     }
 
+    fn forget(&self, key: &SessionKey) {
+        self.lock().remove(key);
+    }
+
     fn remember(&self, key: &SessionKey, reference: Option<String>, manifest: Manifest) {
         let mut map = self.lock();
         if map.len() >= LOCAL_WORKSPACES {
@@ -167,11 +187,96 @@ impl LocalWorkspaces {
     }
 }
 
-/// How a running agent call ended.
-enum Ran {
-    Answered(Result<baton_api::agent_contract::TurnResponse, AgentCallError>),
-    LeaseLost,
-    Aborted,
+/// What a turn has ready to commit.
+struct Prepared {
+    reply: String,
+    payload: Bytes,
+    /// The new manifest's reference, `None` when no file changed.
+    workspace: Option<String>,
+    manifest: Manifest,
+    started_at_ms: u64,
+}
+
+/// A turn's directories. Between turns a session's files live in
+/// `current/<tenant>/<session>`; a running turn moves them to
+/// `running/<tenant>/<session>/<fence>` and gives the agent that path. Only
+/// a commit moves them back. An agent call the sidecar gave up on (lease
+/// lost, timeout, drain) may still be writing: it writes into a directory
+/// that is deleted and never used again, not into the next turn's.
+struct TurnDirs {
+    current: PathBuf,
+    running: PathBuf,
+}
+
+impl TurnDirs {
+    fn new(root: &std::path::Path, lease: &Lease) -> Self {
+        // Ids are checked ([A-Za-z0-9._-], not `.` or `..`), so both are
+        // plain path components.
+        let (tenant, session) = (lease.key.tenant.as_str(), lease.key.session.as_str());
+        Self {
+            current: root.join("current").join(tenant).join(session),
+            running: root
+                .join("running")
+                .join(tenant)
+                .join(session)
+                .join(lease.fence.to_string()),
+        }
+    }
+
+    /// Moves the session's files to this turn's directory; true if there
+    /// were any to move.
+    fn take_over(&self) -> std::io::Result<bool> {
+        if let Some(parent) = self.running.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match std::fs::remove_dir_all(&self.running) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        match std::fs::rename(&self.current, &self.running) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&self.running)?;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// After a commit: this turn's files are the session's.
+    fn keep(&self) -> std::io::Result<()> {
+        if let Some(parent) = self.current.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::rename(&self.running, &self.current)
+    }
+
+    /// After anything but a commit: this turn's files are thrown away.
+    fn discard(&self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.running)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.running.display(), error = %e, "could not remove a turn's directory");
+        }
+    }
+}
+
+/// Keeps the lease gauges right however a turn ends.
+struct LeaseGauges<'a>(&'a Metrics);
+
+impl<'a> LeaseGauges<'a> {
+    fn hold(metrics: &'a Metrics) -> Self {
+        metrics.leases_held.inc();
+        metrics.in_flight.inc();
+        Self(metrics)
+    }
+}
+
+impl Drop for LeaseGauges<'_> {
+    fn drop(&mut self) {
+        self.0.leases_held.dec();
+        self.0.in_flight.dec();
+    }
 }
 
 impl<S: TurnStore + 'static> Engine<S> {
@@ -228,14 +333,6 @@ impl<S: TurnStore + 'static> Engine<S> {
         }
     }
 
-    fn workspace_dir(&self, key: &SessionKey) -> PathBuf {
-        // Ids are checked ([A-Za-z0-9._-], not `.` or `..`), so both are
-        // plain path components.
-        self.workspace_root
-            .join(key.tenant.as_str())
-            .join(key.session.as_str())
-    }
-
     /// Runs one turn and records its outcome in the metrics.
     pub async fn turn(&self, ask: TurnAsk) -> Result<TurnAnswer, TurnError> {
         let started = Instant::now();
@@ -269,9 +366,6 @@ impl<S: TurnStore + 'static> Engine<S> {
     }
 
     async fn run(&self, ask: &TurnAsk) -> Result<TurnAnswer, TurnError> {
-        if self.inflight.is_draining() {
-            return Err(TurnError::Draining);
-        }
         let deadline = Instant::now() + ask.wait;
         let begin = BeginRequest {
             key: ask.key.clone(),
@@ -283,6 +377,11 @@ impl<S: TurnStore + 'static> Engine<S> {
         };
         let mut backoff = Duration::from_millis(5);
         let (mut slot, lease, state) = loop {
+            // Checked on every pass: a turn waiting for a busy lease must not
+            // start on a replica that began draining meanwhile.
+            if self.inflight.is_draining() {
+                return Err(TurnError::Draining);
+            }
             // One local turn per session; a second one waits like a busy lease.
             let outcome = match self.inflight.enter(&ask.key, ask.turn_seq) {
                 Some(slot) => match self.timed("begin", self.store.begin(&begin)).await? {
@@ -306,7 +405,7 @@ impl<S: TurnStore + 'static> Engine<S> {
                 }
                 BeginOutcome::Busy { owner, retry_after } => {
                     let now = Instant::now();
-                    if now + backoff >= deadline || self.inflight.is_draining() {
+                    if now + backoff >= deadline {
                         // The holder may have just died: that shows one
                         // heartbeat TTL later, so never hint a longer wait.
                         return Err(TurnError::Busy {
@@ -332,14 +431,12 @@ impl<S: TurnStore + 'static> Engine<S> {
             }
         };
         slot.granted(lease.fence, lease.turn_seq);
-        self.metrics.leases_held.inc();
-        self.metrics.in_flight.inc();
+        let _held = LeaseGauges::hold(&self.metrics);
         let result = self.with_lease(ask, &lease, state, &mut slot.abort).await;
-        self.metrics.leases_held.dec();
-        self.metrics.in_flight.dec();
         if result.is_err() {
-            // Release what we hold so the next turn need not wait for the
-            // TTL; a lease we already lost is not ours to release.
+            // Release what we may still hold so the next turn need not wait
+            // for the TTL. Compare-and-delete on the fence: a lease we lost,
+            // or one a commit already released, is not touched.
             if let Err(e) = self.timed("abort", self.store.abort(&lease)).await {
                 tracing::warn!(error = %e, fence = lease.fence, "abort failed; the lease expires on its own");
             }
@@ -354,24 +451,107 @@ impl<S: TurnStore + 'static> Engine<S> {
         state: baton_session::SessionState,
         abort: &mut tokio::sync::watch::Receiver<bool>,
     ) -> Result<TurnAnswer, TurnError> {
-        let started_at_ms = now_ms();
         tracing::debug!(
             version = lease.version,
             fence = lease.fence,
             turn_seq = lease.turn_seq,
             "lease granted"
         );
-        let dir = self.workspace_dir(&lease.key);
-        let base = match self.local.take(&lease.key, &state.workspace) {
+        let dirs = TurnDirs::new(&self.workspace_root, lease);
+        // The lease is renewed from the grant until the commit is sent:
+        // materialising, the agent and the upload all count.
+        let prepared = tokio::select! {
+            prepared = self.prepare(ask, lease, &state, &dirs) => prepared,
+            () = self.renew_until_lost(lease) => Err(TurnError::LeaseLost),
+            _ = abort.wait_for(|a| *a) => Err(TurnError::AbortedByDrain),
+        };
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                dirs.discard();
+                return Err(e);
+            }
+        };
+        let commit = CommitRequest {
+            lease: lease.clone(),
+            expected_version: lease.version,
+            payload: prepared.payload,
+            workspace: prepared.workspace.or(state.workspace),
+            reply: Bytes::from(prepared.reply.clone()),
+            state_ttl: self.timings.state_ttl,
+            started_at_ms: prepared.started_at_ms,
+            input_digest: digest(ask.input.as_bytes()),
+        };
+        let committed = self.timed("commit", self.store.commit(&commit)).await;
+        match committed {
+            Ok(CommitOutcome::Committed { version }) => {
+                match dirs.keep() {
+                    Ok(()) => self
+                        .local
+                        .remember(&lease.key, commit.workspace, prepared.manifest),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not keep the session directory; the next turn rebuilds it")
+                    }
+                }
+                Ok(TurnAnswer {
+                    reply: prepared.reply,
+                    turn_seq: lease.turn_seq,
+                    version,
+                    duplicate: false,
+                })
+            }
+            Ok(CommitOutcome::LeaseLost) => {
+                dirs.discard();
+                Err(TurnError::LeaseLost)
+            }
+            Ok(CommitOutcome::Conflict { current_version }) => {
+                dirs.discard();
+                Err(TurnError::Conflict { current_version })
+            }
+            Err(StoreError::Unavailable(why)) => {
+                // The script may have run before the answer was lost.
+                dirs.discard();
+                tracing::warn!(error = %why, turn_seq = lease.turn_seq, "commit outcome unknown");
+                Err(TurnError::CommitUnknown {
+                    turn_seq: lease.turn_seq,
+                })
+            }
+            Err(e) => {
+                dirs.discard();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Everything between the grant and the commit: the workspace, the
+    /// agent, the new state and the snapshot of the files.
+    async fn prepare(
+        &self,
+        ask: &TurnAsk,
+        lease: &Lease,
+        state: &baton_session::SessionState,
+        dirs: &TurnDirs,
+    ) -> Result<Prepared, TurnError> {
+        let started_at_ms = now_ms();
+        let moved = dirs.take_over().map_err(WorkspaceError::Io)?;
+        // The directory this replica's own last commit left is trusted only
+        // if it moved here intact and the state still points at its files.
+        let cached = if moved {
+            self.local.take(&lease.key, &state.workspace)
+        } else {
+            self.local.forget(&lease.key);
+            None
+        };
+        let base = match cached {
             Some(manifest) => manifest,
             None => {
                 self.workspaces
-                    .materialize(state.workspace.as_deref(), &dir)
+                    .materialize(state.workspace.as_deref(), &dirs.running)
                     .await?
                     .manifest
             }
         };
-        let payload = state.payload.unwrap_or_default();
+        let payload = state.payload.clone().unwrap_or_default();
         let agent_state = if payload.is_empty() {
             serde_json::Value::Null
         } else {
@@ -385,19 +565,9 @@ impl<S: TurnStore + 'static> Engine<S> {
             turn_seq: lease.turn_seq,
             input: ask.input.clone(),
             state: agent_state,
-            workspace_dir: dir.clone(),
+            workspace_dir: dirs.running.clone(),
         };
-
-        let ran = tokio::select! {
-            answered = self.agent.turn(&request) => Ran::Answered(answered),
-            () = self.renew_until_lost(lease) => Ran::LeaseLost,
-            _ = abort.wait_for(|a| *a) => Ran::Aborted,
-        };
-        let response = match ran {
-            Ran::Answered(r) => r.map_err(TurnError::Agent)?,
-            Ran::LeaseLost => return Err(TurnError::LeaseLost),
-            Ran::Aborted => return Err(TurnError::AbortedByDrain),
-        };
+        let response = self.agent.turn(&request).await.map_err(TurnError::Agent)?;
         let new_payload = Bytes::from(
             serde_json::to_vec(&response.state)
                 .map_err(|e| TurnError::BadAgentState(e.to_string()))?,
@@ -409,42 +579,29 @@ impl<S: TurnStore + 'static> Engine<S> {
                 baton_session::MAX_PAYLOAD_BYTES
             )));
         }
-        let new_version = lease.version + 1;
-        let (changed, manifest) = self
+        let (workspace, manifest) = self
             .workspaces
-            .snapshot_manifest(&dir, &base, &lease.key, new_version, lease.fence)
+            .snapshot_manifest(
+                &dirs.running,
+                &base,
+                &lease.key,
+                lease.version + 1,
+                lease.fence,
+            )
             .await?;
-        let workspace = changed.or(state.workspace);
-        let commit = CommitRequest {
-            lease: lease.clone(),
-            expected_version: lease.version,
+        Ok(Prepared {
+            reply: response.reply,
             payload: new_payload,
             workspace,
-            reply: Bytes::from(response.reply.clone()),
-            state_ttl: self.timings.state_ttl,
+            manifest,
             started_at_ms,
-            input_digest: digest(ask.input.as_bytes()),
-        };
-        match self.timed("commit", self.store.commit(&commit)).await? {
-            CommitOutcome::Committed { version } => {
-                self.local.remember(&lease.key, commit.workspace, manifest);
-                Ok(TurnAnswer {
-                    reply: response.reply,
-                    turn_seq: lease.turn_seq,
-                    version,
-                    duplicate: false,
-                })
-            }
-            CommitOutcome::LeaseLost => Err(TurnError::LeaseLost),
-            CommitOutcome::Conflict { current_version } => {
-                Err(TurnError::Conflict { current_version })
-            }
-        }
+        })
     }
 
     /// Renews `lease` every renew interval; returns once it is lost. Store
     /// errors are retried until the lease would have expired anyway.
     async fn renew_until_lost(&self, lease: &Lease) {
+        // Called right after the grant: the lease is fresh now.
         let mut renewed_at = Instant::now();
         loop {
             tokio::time::sleep(self.timings.renew_interval).await;

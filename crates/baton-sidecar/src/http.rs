@@ -137,42 +137,57 @@ impl From<StoreError> for ApiError {
 
 impl From<TurnError> for ApiError {
     fn from(e: TurnError) -> Self {
+        use crate::agent_client::AgentCallError;
+        use baton_session::workspace::WorkspaceError;
         let message = e.to_string();
         let outcome = e.outcome();
-        let conflict = |m: String| Self::new(StatusCode::CONFLICT, outcome, m);
+        let status = |code: StatusCode| Self::new(code, outcome, message.clone());
+        let retry_soon = Duration::from_secs(1);
         match e {
             TurnError::Busy {
                 owner, retry_after, ..
-            } => conflict(message)
+            } => status(StatusCode::CONFLICT)
                 .with("owner", owner)
                 .retry_after(retry_after),
             TurnError::Conflict { current_version } => {
-                conflict(message).with("currentVersion", current_version)
+                status(StatusCode::CONFLICT).with("currentVersion", current_version)
             }
-            TurnError::LeaseLost => conflict(message),
+            TurnError::LeaseLost => status(StatusCode::CONFLICT),
             TurnError::Gap { next_turn_seq } => {
-                conflict(message).with("nextTurnSeq", next_turn_seq)
+                status(StatusCode::CONFLICT).with("nextTurnSeq", next_turn_seq)
             }
             TurnError::Stale { last_turn_seq } => {
-                conflict(message).with("lastTurnSeq", last_turn_seq)
+                status(StatusCode::CONFLICT).with("lastTurnSeq", last_turn_seq)
             }
             TurnError::StateLost { last_version } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, outcome, message)
-                    .with("lastVersion", last_version)
+                status(StatusCode::SERVICE_UNAVAILABLE).with("lastVersion", last_version)
             }
-            TurnError::Draining | TurnError::AbortedByDrain => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, outcome, message)
-                    .retry_after(Duration::from_secs(1))
+            // Never started here: any replica may take it (the front door does).
+            TurnError::Draining => status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon),
+            // Nothing committed, but the agent ran: the client decides.
+            TurnError::AbortedByDrain => {
+                status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
             }
-            TurnError::Agent(crate::agent_client::AgentCallError::Timeout(_)) => {
-                Self::new(StatusCode::GATEWAY_TIMEOUT, outcome, message)
+            TurnError::CommitUnknown { turn_seq } => status(StatusCode::SERVICE_UNAVAILABLE)
+                .with("turnSeq", turn_seq)
+                .retry_after(retry_soon),
+            TurnError::Agent(AgentCallError::Timeout(_)) => status(StatusCode::GATEWAY_TIMEOUT),
+            // Not listening: nothing ran, retrying is safe.
+            TurnError::Agent(AgentCallError::Unreachable(_)) => {
+                status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
             }
-            TurnError::Agent(_) | TurnError::BadAgentState(_) => {
-                Self::new(StatusCode::BAD_GATEWAY, outcome, message)
+            TurnError::Agent(_)
+            | TurnError::BadAgentState(_)
+            | TurnError::Workspace(WorkspaceError::Refused { .. }) => {
+                status(StatusCode::BAD_GATEWAY)
+            }
+            TurnError::Workspace(WorkspaceError::BadManifest(..) | WorkspaceError::Io(_)) => {
+                status(StatusCode::INTERNAL_SERVER_ERROR)
+            }
+            TurnError::Workspace(WorkspaceError::Store(_)) => {
+                status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
             }
             TurnError::Store(e) => e.into(),
-            TurnError::Workspace(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, outcome, message)
-                .retry_after(Duration::from_secs(1)),
         }
     }
 }
@@ -305,6 +320,24 @@ impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
     }
 }
 
+/// Runs the turn in its own task: axum drops a handler whose client went
+/// away, and a turn cut in half would keep its lease until the TTL.
+async fn run_to_completion<S: TurnStore + SessionCatalog + 'static>(
+    engine: &Arc<Engine<S>>,
+    ask: TurnAsk,
+) -> ApiResult<TurnAnswer> {
+    let engine = engine.clone();
+    let turn = tokio::spawn(async move { engine.turn(ask).await });
+    match turn.await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            format!("the turn task failed: {e}"),
+        )),
+    }
+}
+
 fn answer_json(api_replica: &str, a: &TurnAnswer) -> Value {
     json!({
         "status": if a.duplicate { "DUPLICATE" } else { "OK" },
@@ -326,7 +359,7 @@ async fn post_turn<S: TurnStore + SessionCatalog + 'static>(
     let key = api.key(&headers, &session)?;
     let body: TurnBody = parse_body(body)?;
     let ask = api.ask(key, body.input, body.turn_seq, &query)?;
-    let answer = api.engine.turn(ask).await?;
+    let answer = run_to_completion(&api.engine, ask).await?;
     Ok(Json(answer_json(&api.engine.replica, &answer)))
 }
 
@@ -345,7 +378,7 @@ async fn post_chat<S: TurnStore + SessionCatalog + 'static>(
         }
     })?;
     let ask = api.ask(key, body.input, body.turn_seq, &query)?;
-    let answer = api.engine.turn(ask).await?;
+    let answer = run_to_completion(&api.engine, ask).await?;
     Ok(Json(answer_json(&api.engine.replica, &answer)))
 }
 
@@ -482,9 +515,10 @@ async fn get_file<S: TurnStore + SessionCatalog + 'static>(
         .into_response())
 }
 
-/// The admin API is for operators: with authentication on it needs a token.
+/// The admin API is for operators: with authentication on it needs an
+/// admin token (a tenant's token is not one).
 fn admin<S>(api: &Api<S>, headers: &HeaderMap) -> ApiResult<()> {
-    api.auth.tenant(headers)?;
+    api.auth.admin(headers)?;
     Ok(())
 }
 
@@ -523,10 +557,12 @@ async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
 /// kubelet's preStop hook: drain, and answer once no turn runs.
 async fn prestop<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
-) -> Json<Value> {
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    admin(&api, &headers)?;
     api.engine.start_drain();
     api.engine.drained().await;
-    Json(status_json(&api.engine))
+    Ok(Json(status_json(&api.engine)))
 }
 
 async fn get_status<S: TurnStore + SessionCatalog + 'static>(
@@ -567,6 +603,13 @@ async fn readyz<S: TurnStore + SessionCatalog + 'static>(
             StatusCode::SERVICE_UNAVAILABLE,
             "STORE_UNAVAILABLE",
             "the stores did not answer the last heartbeats",
+        ));
+    }
+    if !api.engine.agent.reachable().await {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "AGENT_UNAVAILABLE",
+            "the agent does not accept connections",
         ));
     }
     Ok("ready\n")

@@ -89,13 +89,21 @@ async fn serve<S: TurnStore + SessionCatalog + 'static>(
         )
         .map_err(anyhow::Error::msg)?,
     );
+    // Directories of turns that were running when a previous process died.
+    match std::fs::remove_dir_all(args.workspace_dir.join("running")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(error = %e, "could not clear the directories of interrupted turns")
+        }
+        _ => {}
+    }
     if let Err(e) = engine.heartbeat().await {
         tracing::warn!(error = %e, "first heartbeat failed; not ready until the stores answer");
     }
     tokio::spawn(engine.clone().heartbeat_forever());
     let api = Arc::new(Api {
         engine: engine.clone(),
-        auth: Auth::parse(args.auth_tokens.as_deref()).map_err(anyhow::Error::msg)?,
+        auth: Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
+            .map_err(anyhow::Error::msg)?,
         max_body_bytes: args.max_body_bytes,
         max_input_bytes: args.max_input_bytes,
     });

@@ -10,12 +10,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of glibc malloc: the sidecar allocates many small,
-/// short-lived buffers per turn, and glibc's arena locking and
-/// consolidation showed up as ~18% of its CPU under load (perf).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "baton",
@@ -121,10 +115,18 @@ fn main() -> ExitCode {
             let json = args.json;
             block_on(baton_loadgen::run(*args)).and_then(|report| {
                 if json {
-                    write_stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))
+                    write_stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
                 } else {
-                    write_stdout(&baton_loadgen::render(&report))
+                    write_stdout(&baton_loadgen::render(&report))?;
                 }
+                // Scripts and CI read the exit status.
+                anyhow::ensure!(
+                    report.passed(),
+                    "{} turns failed, {} sessions failed verification",
+                    report.failed,
+                    report.verify_errors.len()
+                );
+                Ok(())
             })
         }
     };
