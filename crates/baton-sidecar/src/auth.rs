@@ -44,24 +44,25 @@ impl Auth {
             return Ok(Self::Off);
         }
         let mut admins = Vec::new();
-        for (i, token) in admin_spec.unwrap_or_default().split(',').enumerate() {
-            let token = token.trim();
+        let listed = |spec: Option<&'_ str>| {
+            spec.unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        for (i, token) in listed(admin_spec).into_iter().enumerate() {
             if token.len() < 16 {
                 return Err(format!(
                     "BATON_ADMIN_TOKENS entry {i}: tokens must be at least 16 characters"
                 ));
             }
-            admins.push(token.to_owned());
+            admins.push(token);
         }
         let mut tokens = HashMap::new();
-        for (i, entry) in spec
-            .unwrap_or_default()
-            .split(',')
-            .filter(|e| !e.trim().is_empty())
-            .enumerate()
-        {
+        for (i, entry) in listed(spec).into_iter().enumerate() {
             let (token, tenant) = entry
-                .trim()
                 .split_once('=')
                 .ok_or_else(|| format!("BATON_AUTH_TOKENS entry {i}: expected token=tenant"))?;
             if token.len() < 16 {
