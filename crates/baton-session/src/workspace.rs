@@ -153,6 +153,37 @@ fn local_path(root: &Path, name: &str) -> WorkspaceResult<PathBuf> {
     Ok(path)
 }
 
+/// Removes whatever is not a plain directory on the way to `root/name`, and
+/// whatever is not a regular file at it (symlinks above all); returns how
+/// many entries it removed.
+fn clear_non_files(root: &Path, name: &str) -> WorkspaceResult<usize> {
+    let mut path = root.to_path_buf();
+    let parts: Vec<&str> = name.split('/').collect();
+    let mut removed = 0;
+    for (i, part) in parts.iter().enumerate() {
+        path.push(part);
+        let last = i + 1 == parts.len();
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
+            Err(e) => return Err(e.into()),
+        };
+        let kind = meta.file_type();
+        let fits = if last { kind.is_file() } else { kind.is_dir() };
+        if !fits {
+            if kind.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else {
+                // A symlink is removed itself, never what it points to.
+                std::fs::remove_file(&path)?;
+            }
+            removed += 1;
+            return Ok(removed);
+        }
+    }
+    Ok(removed)
+}
+
 /// Regular files under `root`, recursively; symlinks are skipped (never followed).
 fn walk(root: &Path) -> WorkspaceResult<Vec<PathBuf>> {
     let mut files = Vec::new();
@@ -294,6 +325,9 @@ impl WorkspaceStore {
         let mut fetched = 0;
         for (name, entry) in &manifest.files {
             let path = local_path(dir, name)?;
+            // An agent may have left a symlink (or a directory) where a file
+            // goes, or as one of its parents: never read or write through it.
+            removed += clear_non_files(dir, name)?;
             if path.is_file() && file_entry(&path)?.0 == *entry {
                 continue;
             }

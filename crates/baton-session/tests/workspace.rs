@@ -183,6 +183,51 @@ async fn hostile_manifests_and_links_are_refused(store: WorkspaceStore, tag: &st
         .unwrap_err();
     assert!(matches!(err, WorkspaceError::Refused { .. }), "{err}");
     assert!(!target.path().join("escaped.txt").exists());
+
+    // A directory an agent left symlinks in: where the version has files
+    // (`real.txt`, `sub/deep.txt`), materialising replaces the links and
+    // never writes through them.
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "victim.txt", "untouched");
+    write(dir.path(), "sub/deep.txt", "deep");
+    let reference = store
+        .snapshot(dir.path(), &Manifest::default(), &key, 2, 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("victim.txt"),
+        ws.path().join("real.txt"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.path().join("sub")).unwrap();
+    store
+        .materialize(Some(&reference), ws.path())
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("victim.txt")).unwrap(),
+        "untouched"
+    );
+    assert!(
+        !outside.path().join("deep.txt").exists(),
+        "nothing written through a linked directory"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("real.txt")).unwrap(),
+        "x"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("sub/deep.txt")).unwrap(),
+        "deep"
+    );
+    assert!(
+        !std::fs::symlink_metadata(ws.path().join("real.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
 }
 
 #[tokio::test]
