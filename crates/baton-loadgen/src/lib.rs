@@ -500,6 +500,12 @@ pub fn render(r: &Report) -> String {
         out.push_str(&format!(" {k}={v}"));
     }
     out.push_str(&format!("\nfailed              {}\n", r.failed));
+    if r.unverified_sessions > 0 {
+        out.push_str(&format!(
+            "unverified          {} sessions (a turn of unknown fate)\n",
+            r.unverified_sessions
+        ));
+    }
     if let Some(n) = r.verified_sessions {
         if r.verify_errors.is_empty() {
             out.push_str(&format!(

@@ -108,6 +108,11 @@ pub struct SidecarArgs {
     #[arg(long, env = "BATON_ADMIN_TOKENS", hide_env_values = true)]
     pub admin_tokens: Option<String>,
 
+    /// Runtime threads: 1 runs everything on one thread (no cross-thread
+    /// wake-ups: the lowest latency per turn); 0 means one per core.
+    #[arg(long, env = "BATON_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,

@@ -78,6 +78,10 @@ async fn serve<S: TurnStore + SessionCatalog + 'static>(
         heartbeat_interval: args.heartbeat_interval,
         heartbeat_ttl: args.heartbeat_ttl(),
     };
+    // Absolute: turns get symlinks to their session's directory.
+    std::fs::create_dir_all(&args.workspace_dir)
+        .with_context(|| format!("workspace dir {}", args.workspace_dir.display()))?;
+    let workspace_root = args.workspace_dir.canonicalize()?;
     let engine = Arc::new(
         Engine::new(
             store,
@@ -85,11 +89,11 @@ async fn serve<S: TurnStore + SessionCatalog + 'static>(
             AgentClient::new(&args.agent_url, args.agent_timeout),
             &args.replica_id,
             timings,
-            args.workspace_dir.clone(),
+            workspace_root,
         )
         .map_err(anyhow::Error::msg)?,
     );
-    // Directories of turns that were running when a previous process died.
+    // Paths of turns that were running when a previous process died.
     match std::fs::remove_dir_all(args.workspace_dir.join("running")) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             tracing::warn!(error = %e, "could not clear the directories of interrupted turns")

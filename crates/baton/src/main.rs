@@ -107,7 +107,8 @@ fn main() -> ExitCode {
             };
             run_agent(listen, config)
         }
-        Command::Sidecar(args) => block_on(baton_sidecar::run(*args)),
+        Command::Sidecar(args) => sidecar_runtime(args.worker_threads)
+            .and_then(|runtime| runtime.block_on(baton_sidecar::run(*args))),
         Command::Dev(args) => std::env::current_exe()
             .context("finding the baton binary to start replicas with")
             .and_then(|exe| block_on(baton_dev::run(*args, exe))),
@@ -150,6 +151,20 @@ fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyh
         None => baton_resources::Credentials::generate(),
     };
     write_stdout(&manifest::render(&valid, &creds, credentials.is_none())?)
+}
+
+/// The sidecar's runtime: one thread, or a pool (0 = one thread per core).
+fn sidecar_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if threads > 1 {
+            b.worker_threads(threads);
+        }
+        b
+    };
+    Ok(builder.enable_all().build()?)
 }
 
 fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
