@@ -178,11 +178,18 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
     assert_eq!((status, plan.as_str()), (200, "step one\n"));
     // ... and in the workspace of the replica that served the turn.
     let server = body["replica"].as_str().unwrap();
-    let local = dev
+    let session_dir = dev
         .data_dir
         .join("replicas")
         .join(server)
-        .join("workspace/current/default/s-fail");
+        .join("workspace/default/s-fail");
+    // One generation directory: the session's files on this replica.
+    let generations: Vec<_> = std::fs::read_dir(&session_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(generations.len(), 1, "{generations:?}");
+    let local = &generations[0];
     assert_eq!(
         std::fs::read_to_string(local.join("plan.md")).unwrap(),
         "step one\n"

@@ -496,3 +496,57 @@ async fn without_its_agent_a_replica_is_not_ready_and_turns_may_retry() {
     );
     assert_eq!(headers["retry-after"], "1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_agent_call_cannot_write_into_later_turns() {
+    let _one = serial().await;
+    let replica = Replica::start(&["--agent-timeout=1s"]).await;
+    let http = reqwest::Client::new();
+    let turns = format!("{}/v1/sessions/s-z/turns", replica.url);
+    let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "first" }))).await;
+    assert_eq!(status, 200);
+    // The sidecar gives up after 1 s; the agent goes on and writes its
+    // notes at 2.5 s, into the directory it was given.
+    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 2500" }))).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (504, Some("AGENT_TIMEOUT")),
+        "{body}"
+    );
+    let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "second" }))).await;
+    assert_eq!(status, 200);
+    let session_dir = replica.workspace().join("default/s-z");
+    baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the abandoned call to write",
+        || async {
+            std::fs::read_dir(&session_dir)
+                .ok()?
+                .filter_map(Result::ok)
+                .any(|e| {
+                    std::fs::read_to_string(e.path().join("notes.md"))
+                        .is_ok_and(|n| n.contains("/sleep 2500"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "third" }))).await;
+    assert_eq!(status, 200);
+    let notes = http
+        .get(format!("{}/v1/sessions/s-z/files/notes.md", replica.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        notes.contains("first") && notes.contains("second") && notes.contains("third"),
+        "{notes}"
+    );
+    assert!(
+        !notes.contains("/sleep"),
+        "the abandoned turn's late write leaked into a commit:\n{notes}"
+    );
+}

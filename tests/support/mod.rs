@@ -372,6 +372,11 @@ fn listening_url(child: &mut Child, what: &str) -> String {
 }
 
 impl Replica {
+    /// Where this replica's sidecar keeps session workspaces.
+    pub fn workspace(&self) -> PathBuf {
+        self._dir.path().join("workspace")
+    }
+
     /// Starts a replica and waits until it is ready.
     pub async fn start(extra: &[&str]) -> Self {
         Self::start_until(extra, "/readyz").await

@@ -86,10 +86,20 @@ fn io_error(e: std::io::Error) -> AgentError {
     AgentError(StatusCode::INTERNAL_SERVER_ERROR, format!("workspace: {e}"))
 }
 
+/// Runs the turn in its own task: like many real agents (a model call in
+/// flight), it finishes what it started even when the caller stopped
+/// waiting, and writes its files late. Tests rely on that to check that a
+/// late writer cannot touch a later turn's files.
 async fn turn(
     State(agent): State<Arc<Agent>>,
     Json(req): Json<TurnRequest>,
 ) -> Result<Json<TurnResponse>, AgentError> {
+    tokio::spawn(run_turn(agent, req))
+        .await
+        .unwrap_or_else(|e| Err(AgentError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
+}
+
+async fn run_turn(agent: Arc<Agent>, req: TurnRequest) -> Result<Json<TurnResponse>, AgentError> {
     let memory: Memory = match req.state {
         serde_json::Value::Null => Memory::default(),
         state => serde_json::from_value(state).map_err(|e| {

@@ -147,43 +147,88 @@ pub struct Engine<S> {
     local: LocalWorkspaces,
 }
 
-/// Most session directories remembered as current.
+/// Most session directories remembered.
 const LOCAL_WORKSPACES: usize = 10_000;
 
-/// What this replica's session directories hold, for the ones it knows:
-/// entries are made by our own commits and dropped as soon as a turn
-/// starts, so an aborted or fenced-out turn's leftovers are never trusted.
+/// This replica's session directories. Each session's files live in
+/// `<root>/<tenant>/<session>/g<fence>`, a generation directory the agent
+/// is given as `workspaceDir`. A turn whose agent call was abandoned (lease
+/// lost, timeout, drain, a broken connection) may have an agent still
+/// writing there: that generation is deleted and the next turn starts a new
+/// one, so late writes can never reach a later turn's files. Normal turns
+/// keep their generation and create nothing (new inodes are expensive on
+/// ext4 at thousands of turns per second).
 #[derive(Default)]
-struct LocalWorkspaces(
-    std::sync::Mutex<std::collections::HashMap<SessionKey, (Option<String>, Manifest)>>,
-);
+struct LocalWorkspaces(std::sync::Mutex<std::collections::HashMap<SessionKey, LocalDir>>);
+
+struct LocalDir {
+    dir: PathBuf,
+    /// What the directory holds, when a commit of ours left it exactly so.
+    holds: Option<(Option<String>, Manifest)>,
+}
 
 impl LocalWorkspaces {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionKey, (Option<String>, Manifest)>>
-    {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionKey, LocalDir>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The manifest the directory holds if it is exactly `reference`'s;
-    /// forgets the entry either way (the turn is about to change the directory).
-    fn take(&self, key: &SessionKey, reference: &Option<String>) -> Option<Manifest> {
-        let (held, manifest) = self.lock().remove(key)?;
-        (held == *reference).then_some(manifest)
-    }
-
-    fn forget(&self, key: &SessionKey) {
-        self.lock().remove(key);
-    }
-
-    fn remember(&self, key: &SessionKey, reference: Option<String>, manifest: Manifest) {
+    /// The directory for a turn of `key` under `fence`, and the manifest it
+    /// holds if that is exactly `reference`'s version (else the turn
+    /// materialises it). The caller holds the session's local turn slot.
+    fn check_out(
+        &self,
+        root: &std::path::Path,
+        key: &SessionKey,
+        fence: u64,
+        reference: &Option<String>,
+    ) -> std::io::Result<(PathBuf, Option<Manifest>)> {
+        if let Some(entry) = self.lock().get_mut(key) {
+            let holds = entry.holds.take();
+            let cached = holds.and_then(|(r, m)| (r == *reference).then_some(m));
+            return Ok((entry.dir.clone(), cached));
+        }
+        // Unknown here (first turn since start, or forgotten): whatever an
+        // earlier process or an abandoned call left goes, and a new
+        // generation starts. Ids are checked ([A-Za-z0-9._-], not `.` or
+        // `..`), so both are plain path components.
+        let base = root.join(key.tenant.as_str()).join(key.session.as_str());
+        match std::fs::remove_dir_all(&base) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let dir = base.join(format!("g{fence}"));
+        std::fs::create_dir_all(&dir)?;
         let mut map = self.lock();
         if map.len() >= LOCAL_WORKSPACES {
-            // Rare and cheap to rebuild: the next turns materialise again.
+            // Rare: those sessions start new generations when they return.
             map.clear();
         }
-        map.insert(key.clone(), (reference, manifest));
+        map.insert(
+            key.clone(),
+            LocalDir {
+                dir: dir.clone(),
+                holds: None,
+            },
+        );
+        Ok((dir, None))
+    }
+
+    /// After a commit: the directory holds exactly that version.
+    fn committed(&self, key: &SessionKey, reference: Option<String>, manifest: Manifest) {
+        if let Some(entry) = self.lock().get_mut(key) {
+            entry.holds = Some((reference, manifest));
+        }
+    }
+
+    /// After an abandoned agent call: the generation is deleted and the
+    /// next turn starts a new one.
+    fn abandon(&self, key: &SessionKey) {
+        if let Some(entry) = self.lock().remove(key)
+            && let Err(e) = std::fs::remove_dir_all(&entry.dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %entry.dir.display(), error = %e, "could not remove an abandoned turn's directory");
+        }
     }
 }
 
@@ -195,77 +240,6 @@ struct Prepared {
     workspace: Option<String>,
     manifest: Manifest,
     started_at_ms: u64,
-}
-
-/// A turn's directories. A session's files live in
-/// `current/<tenant>/<session>`; the agent is given a per-turn path to it,
-/// the symlink `running/<tenant>/<session>/<fence>`, removed when the turn
-/// ends however it ends. An agent call the sidecar gave up on (lease lost,
-/// timeout, drain) may still be writing: its path no longer leads anywhere,
-/// and the directory is rebuilt from the committed version next time.
-/// (A symlink, not a moved directory: renaming directories across parents
-/// cost 15% of the sidecar's CPU under load.)
-struct TurnDirs {
-    current: PathBuf,
-    link: PathBuf,
-}
-
-impl TurnDirs {
-    /// `root` must be absolute: the link points at `current` by its full path.
-    fn new(root: &std::path::Path, lease: &Lease) -> Self {
-        // Ids are checked ([A-Za-z0-9._-], not `.` or `..`), so both are
-        // plain path components.
-        let (tenant, session) = (lease.key.tenant.as_str(), lease.key.session.as_str());
-        Self {
-            current: root.join("current").join(tenant).join(session),
-            link: root
-                .join("running")
-                .join(tenant)
-                .join(session)
-                .join(lease.fence.to_string()),
-        }
-    }
-
-    /// Makes sure the session directory exists and links this turn's path
-    /// to it; true if the directory was already there.
-    fn open(&self) -> std::io::Result<bool> {
-        let existed = match std::fs::symlink_metadata(&self.current) {
-            Ok(m) if m.is_dir() => true,
-            Ok(_) => {
-                std::fs::remove_file(&self.current)?;
-                false
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(e),
-        };
-        if !existed {
-            std::fs::create_dir_all(&self.current)?;
-        }
-        match std::os::unix::fs::symlink(&self.current, &self.link) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(parent) = self.link.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                std::os::unix::fs::symlink(&self.current, &self.link)?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                std::fs::remove_file(&self.link)?;
-                std::os::unix::fs::symlink(&self.current, &self.link)?;
-            }
-            Err(e) => return Err(e),
-        }
-        Ok(existed)
-    }
-
-    /// Cuts this turn's path; called when the turn ends, whatever the end.
-    fn close(&self) {
-        if let Err(e) = std::fs::remove_file(&self.link)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(link = %self.link.display(), error = %e, "could not remove a turn's path");
-        }
-    }
 }
 
 /// Keeps the lease gauges right however a turn ends.
@@ -464,21 +438,19 @@ impl<S: TurnStore + 'static> Engine<S> {
             turn_seq = lease.turn_seq,
             "lease granted"
         );
-        let dirs = TurnDirs::new(&self.workspace_root, lease);
         // The lease is renewed from the grant until the commit is sent:
         // materialising, the agent and the upload all count.
         let prepared = tokio::select! {
-            prepared = self.prepare(ask, lease, &state, &dirs) => prepared,
+            prepared = self.prepare(ask, lease, &state) => prepared,
             () = self.renew_until_lost(lease) => Err(TurnError::LeaseLost),
             _ = abort.wait_for(|a| *a) => Err(TurnError::AbortedByDrain),
         };
-        // Whatever happens next, the agent is done with its path.
-        dirs.close();
         let prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
-                // The directory may hold half a turn: rebuild it next time.
-                self.local.forget(&lease.key);
+                // The agent may still be running (we stopped waiting), or
+                // left half a turn: its generation goes.
+                self.local.abandon(&lease.key);
                 return Err(e);
             }
         };
@@ -496,7 +468,7 @@ impl<S: TurnStore + 'static> Engine<S> {
         match committed {
             Ok(CommitOutcome::Committed { version }) => {
                 self.local
-                    .remember(&lease.key, commit.workspace, prepared.manifest);
+                    .committed(&lease.key, commit.workspace, prepared.manifest);
                 Ok(TurnAnswer {
                     reply: prepared.reply,
                     turn_seq: lease.turn_seq,
@@ -505,23 +477,23 @@ impl<S: TurnStore + 'static> Engine<S> {
                 })
             }
             Ok(CommitOutcome::LeaseLost) => {
-                self.local.forget(&lease.key);
+                self.local.abandon(&lease.key);
                 Err(TurnError::LeaseLost)
             }
             Ok(CommitOutcome::Conflict { current_version }) => {
-                self.local.forget(&lease.key);
+                self.local.abandon(&lease.key);
                 Err(TurnError::Conflict { current_version })
             }
             Err(StoreError::Unavailable(why)) => {
                 // The script may have run before the answer was lost.
-                self.local.forget(&lease.key);
+                self.local.abandon(&lease.key);
                 tracing::warn!(error = %why, turn_seq = lease.turn_seq, "commit outcome unknown");
                 Err(TurnError::CommitUnknown {
                     turn_seq: lease.turn_seq,
                 })
             }
             Err(e) => {
-                self.local.forget(&lease.key);
+                self.local.abandon(&lease.key);
                 Err(e.into())
             }
         }
@@ -534,23 +506,22 @@ impl<S: TurnStore + 'static> Engine<S> {
         ask: &TurnAsk,
         lease: &Lease,
         state: &baton_session::SessionState,
-        dirs: &TurnDirs,
     ) -> Result<Prepared, TurnError> {
         let started_at_ms = now_ms();
-        let existed = dirs.open().map_err(WorkspaceError::Io)?;
-        // The directory this replica's own last commit left is trusted only
-        // if it is still there and the state still points at its files.
-        let cached = if existed {
-            self.local.take(&lease.key, &state.workspace)
-        } else {
-            self.local.forget(&lease.key);
-            None
-        };
+        let (dir, cached) = self
+            .local
+            .check_out(
+                &self.workspace_root,
+                &lease.key,
+                lease.fence,
+                &state.workspace,
+            )
+            .map_err(WorkspaceError::Io)?;
         let base = match cached {
             Some(manifest) => manifest,
             None => {
                 self.workspaces
-                    .materialize(state.workspace.as_deref(), &dirs.current)
+                    .materialize(state.workspace.as_deref(), &dir)
                     .await?
                     .manifest
             }
@@ -569,7 +540,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             turn_seq: lease.turn_seq,
             input: ask.input.clone(),
             state: agent_state,
-            workspace_dir: dirs.link.clone(),
+            workspace_dir: dir.clone(),
         };
         let response = self.agent.turn(&request).await.map_err(TurnError::Agent)?;
         let new_payload = Bytes::from(
@@ -585,13 +556,7 @@ impl<S: TurnStore + 'static> Engine<S> {
         }
         let (workspace, manifest) = self
             .workspaces
-            .snapshot_manifest(
-                &dirs.current,
-                &base,
-                &lease.key,
-                lease.version + 1,
-                lease.fence,
-            )
+            .snapshot_manifest(&dir, &base, &lease.key, lease.version + 1, lease.fence)
             .await?;
         Ok(Prepared {
             reply: response.reply,

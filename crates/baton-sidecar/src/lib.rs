@@ -78,9 +78,9 @@ async fn serve<S: TurnStore + SessionCatalog + 'static>(
         heartbeat_interval: args.heartbeat_interval,
         heartbeat_ttl: args.heartbeat_ttl(),
     };
-    // Absolute: turns get symlinks to their session's directory.
     std::fs::create_dir_all(&args.workspace_dir)
         .with_context(|| format!("workspace dir {}", args.workspace_dir.display()))?;
+    // Absolute, so agents get absolute workspace paths.
     let workspace_root = args.workspace_dir.canonicalize()?;
     let engine = Arc::new(
         Engine::new(
@@ -93,13 +93,6 @@ async fn serve<S: TurnStore + SessionCatalog + 'static>(
         )
         .map_err(anyhow::Error::msg)?,
     );
-    // Paths of turns that were running when a previous process died.
-    match std::fs::remove_dir_all(args.workspace_dir.join("running")) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            tracing::warn!(error = %e, "could not clear the directories of interrupted turns")
-        }
-        _ => {}
-    }
     if let Err(e) = engine.heartbeat().await {
         tracing::warn!(error = %e, "first heartbeat failed; not ready until the stores answer");
     }
