@@ -134,14 +134,22 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
     let (victim, _, pid) = dev.replica_of(&holder).await;
     signal(pid, "KILL");
     let killed = Instant::now();
-    let (status, body) = dev
-        .turn_on(
-            &dev.url,
-            "s-fail",
-            &json!({ "input": "what is my name?" }),
-            "?wait=10s",
-        )
-        .await;
+    // As a client should: the turn carries its turnSeq, so an answer lost
+    // with a dying replica (502/503) can be asked again without running twice.
+    let next = json!({ "input": "what is my name?", "turnSeq": 4 });
+    let (status, body) = baton_testkit::poll_async(
+        Duration::from_secs(10),
+        "the next turn to be served",
+        || async {
+            let (status, body) = dev.turn_on(&dev.url, "s-fail", &next, "?wait=10s").await;
+            if matches!(status, 502 | 503) {
+                eprintln!("G2: retrying after {status} {body}");
+                return None;
+            }
+            Some((status, body))
+        },
+    )
+    .await;
     let failover_ms = ms_since(killed);
     eprintln!(
         "G2: {victim} killed with SIGKILL; next turn served after {failover_ms} ms (lease TTL 30 s)"

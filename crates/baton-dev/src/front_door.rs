@@ -60,8 +60,14 @@ impl FrontDoor {
         Self {
             slots,
             next: AtomicUsize::new(0),
+            // No idle connections kept: a request written into a pooled
+            // connection to a replica that was just killed fails like one
+            // the replica started and died in, which must not be retried.
+            // A fresh connection to a dead replica is refused instead, which
+            // is retried safely. Loopback connects are cheap.
             http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(1))
+                .pool_max_idle_per_host(0)
                 .build()
                 .unwrap_or_default(),
         }
@@ -122,7 +128,7 @@ impl FrontDoor {
                     return refusal(
                         StatusCode::BAD_GATEWAY,
                         "REPLICA_FAILED",
-                        format!("{} failed during the request: {e}", slot.id),
+                        format!("{} failed during the request: {}", slot.id, chain(&e)),
                     );
                 }
                 Ok(answer) => {
@@ -149,6 +155,19 @@ impl FrontDoor {
             )
         })
     }
+}
+
+/// An error and its causes, for messages ("error sending request" alone
+/// says little).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 async fn relay(answer: reqwest::Response, replica: &str) -> Response {
