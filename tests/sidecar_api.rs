@@ -43,6 +43,29 @@ async fn head_only(base: &str, path: &str, length: usize) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
+/// Sends a turn from its own task; its answer comes with the handle.
+fn in_background(
+    http: &reqwest::Client,
+    url: String,
+    input: &'static str,
+) -> tokio::task::JoinHandle<(u16, Value, reqwest::header::HeaderMap)> {
+    let http = http.clone();
+    tokio::spawn(async move { send(http.post(url).json(&json!({ "input": input }))).await })
+}
+
+/// Waits until the replica reports exactly one turn running.
+async fn one_turn_in_flight(http: &reqwest::Client, replica: &Replica) {
+    baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the turn to run",
+        || async {
+            let (_, s, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
+            (s["inFlight"] == 1).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
     let _one = serial().await;
@@ -321,23 +344,10 @@ async fn drain_refuses_new_turns_and_finishes_running_ones() {
     let replica = Replica::start(&["--drain-timeout=20s"]).await;
     let http = reqwest::Client::new();
     let running = {
-        let (http, url) = (
-            http.clone(),
-            format!("{}/v1/sessions/s-long/turns", replica.url),
-        );
-        tokio::spawn(
-            async move { send(http.post(url).json(&json!({ "input": "/sleep 4000" }))).await },
-        )
+        let url = format!("{}/v1/sessions/s-long/turns", replica.url);
+        in_background(&http, url, "/sleep 4000")
     };
-    baton_testkit::poll_async(
-        std::time::Duration::from_secs(10),
-        "the turn to run",
-        || async {
-            let (_, s, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
-            (s["inFlight"] == 1).then_some(())
-        },
-    )
-    .await;
+    one_turn_in_flight(&http, &replica).await;
     let (status, body, _) = send(http.post(format!("{}/v1/admin/drain", replica.url))).await;
     assert_eq!(
         (status, body["draining"].as_bool()),
@@ -429,23 +439,10 @@ async fn the_drain_timeout_aborts_running_turns_and_frees_their_sessions() {
     let replica = Replica::start(&["--drain-timeout=1s"]).await;
     let http = reqwest::Client::new();
     let long = {
-        let (http, url) = (
-            http.clone(),
-            format!("{}/v1/sessions/s-cut/turns", replica.url),
-        );
-        tokio::spawn(
-            async move { send(http.post(url).json(&json!({ "input": "/sleep 20000" }))).await },
-        )
+        let url = format!("{}/v1/sessions/s-cut/turns", replica.url);
+        in_background(&http, url, "/sleep 20000")
     };
-    baton_testkit::poll_async(
-        std::time::Duration::from_secs(10),
-        "the turn to run",
-        || async {
-            let (_, s, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
-            (s["inFlight"] == 1).then_some(())
-        },
-    )
-    .await;
+    one_turn_in_flight(&http, &replica).await;
     let (status, body, _) =
         send(http.post(format!("{}/v1/admin/drain?wait=true", replica.url))).await;
     assert_eq!(

@@ -286,6 +286,11 @@ impl WorkspaceStore {
         let Some(entry) = manifest.files.get(name) else {
             return Ok(None);
         };
+        Ok(Some(self.fetch_blob(name, entry).await?))
+    }
+
+    /// The blob of file `name`, checked against its hash.
+    async fn fetch_blob(&self, name: &str, entry: &FileEntry) -> WorkspaceResult<Bytes> {
         let content = self
             .store
             .get(&blob_path(&entry.blob))
@@ -298,7 +303,7 @@ impl WorkspaceStore {
                 why: "blob content does not match its hash",
             });
         }
-        Ok(Some(content))
+        Ok(content)
     }
 
     /// Makes `dir` hold exactly the files of the version `reference` points
@@ -331,18 +336,7 @@ impl WorkspaceStore {
             if path.is_file() && file_entry(&path)?.0 == *entry {
                 continue;
             }
-            let content = self
-                .store
-                .get(&blob_path(&entry.blob))
-                .await?
-                .bytes()
-                .await?;
-            if digest(&content) != entry.blob {
-                return Err(WorkspaceError::Refused {
-                    path: name.clone(),
-                    why: "blob content does not match its hash",
-                });
-            }
+            let content = self.fetch_blob(name, entry).await?;
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
             }
