@@ -1,43 +1,52 @@
 -- The rules of protocol::decide_begin (src/protocol.rs), in Lua: Redis runs no Rust.
 -- Begin a turn in one round trip.
--- KEYS: 1 state (hash), 2 lease (string "fence:turnSeq:version:owner"),
---       3 results (hash turnSeq -> result), 4 payload
+-- KEYS: 1 state (hash: counters, the lease, idempotency records), 2 payload
+-- The state hash holds everything small about a session, so one HMGET reads
+-- it and one HSET writes it: each redis.call costs about a microsecond of
+-- Lua glue, more than the command itself.
+--   version, fence, seq, ws, replica, updated   the committed state
+--   exp                                         when the state expires (ms,
+--                                               Redis clock)
+--   owner, until, lseq                          the lease, while one is held:
+--                                               holder, expiry (ms, Redis
+--                                               clock), its turnSeq; its
+--                                               fence is `fence`
+--   r<turnSeq>                                  "<version>\n<reply>"
 -- The payload is not read here: it lives in its own key, which the caller
 -- GETs in the same pipeline (same round trip). Bulk data through Lua costs
 -- more than the rest of the script; while the grant holds, nobody else can
 -- commit, so what the GET reads is the granted version's payload.
 -- ARGV: 1 replica, 2 turnSeq or "", 3 (unused), 4 lease TTL ms,
---       5 state TTL ms, 6 dead owner or "", 7 dead owner's fence or "",
---       8 "create" to start a session that has no state, "report" to answer
---       MISSING instead (the caller then asks the ledger whether it was lost)
+--       5 state TTL ms (at least the lease TTL), 6 dead owner or "",
+--       7 dead owner's fence or "", 8 "create" to start a session that has
+--       no state, "report" to answer MISSING instead (the caller then asks
+--       the ledger whether it was lost)
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
-local state, lease, results = KEYS[1], KEYS[2], KEYS[3]
+local state = KEYS[1]
 
-local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws')
+local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', 'r' .. ARGV[2], 'exp')
 -- Counters that are present but not numbers mean corrupt data: refuse, never
 -- read them as 0 and overwrite.
-for i, field in ipairs({'version', 'fence', 'seq'}) do
-  if s[i] and not tonumber(s[i]) then return {'CORRUPT', field} end
-end
-local version = tonumber(s[1]) or 0
-local fence = tonumber(s[2]) or 0
-local last = tonumber(s[3]) or 0
+local version, fence, last = tonumber(s[1] or 0), tonumber(s[2] or 0), tonumber(s[3] or 0)
+if not version then return {'CORRUPT', 'version'} end
+if not fence then return {'CORRUPT', 'fence'} end
+if not last then return {'CORRUPT', 'seq'} end
 -- Every state hash has a fence from its first grant on: none means no state.
 if not s[2] and ARGV[8] ~= 'create' then return {'MISSING'} end
 
 local seq = tonumber(ARGV[2])
 if seq and seq <= last then
-  local stored = redis.call('HGET', results, ARGV[2])
-  if stored then return {'DUPLICATE', stored} end
+  if s[7] then return {'DUPLICATE', s[7]} end
   return {'STALE', last}
 end
 
-local held = redis.call('GET', lease)
-if held then
-  local held_fence, _, _, owner = string.match(held, '^(%d+):(%d+):(%d+):(.+)$')
-  if not (ARGV[6] ~= '' and owner == ARGV[6] and held_fence == ARGV[7]) then
-    return {'BUSY', owner or '?', redis.call('PTTL', lease), held_fence or '0'}
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner, held_until = s[5], tonumber(s[6] or 0)
+if owner and held_until and held_until > now_ms then
+  if not (ARGV[6] ~= '' and owner == ARGV[6] and s[2] == ARGV[7]) then
+    return {'BUSY', owner, held_until - now_ms, s[2]}
   end
 end
 
@@ -46,16 +55,21 @@ if seq > last + 1 then return {'GAP', last + 1} end
 
 -- Fences grow by at least one and never lag the clock (in microseconds), so
 -- they stay monotonic even after the state was lost and restored.
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-fence = math.max(fence + 1, now_us)
+fence = math.max(fence + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 
--- Numbers go to redis.call and back as integers, exactly (fences are below
--- 2^53); only the lease string needs formatting.
-redis.call('HSET', state, 'fence', fence)
--- A grant refreshes the state's TTL, so it cannot expire under a running turn.
-redis.call('PEXPIRE', state, ARGV[5])
-redis.call('PEXPIRE', KEYS[4], ARGV[5])
-redis.call('SET', lease, string.format('%d', fence) .. ':' .. seq .. ':' .. version .. ':' .. ARGV[1], 'PX', ARGV[4])
+-- Numbers go to redis.call and back as integers, exactly (fences and times
+-- are below 2^53).
+local till = now_ms + tonumber(ARGV[4])
+-- The state must not expire under a running turn: a grant refreshes its TTL
+-- when it would end before the lease (a renewal does the same).
+local exp = tonumber(s[8]) or 0
+if exp < till then
+  exp = now_ms + tonumber(ARGV[5])
+  redis.call('HSET', state, 'fence', fence, 'owner', ARGV[1], 'until', till, 'lseq', seq, 'exp', exp)
+  redis.call('PEXPIRE', state, ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+else
+  redis.call('HSET', state, 'fence', fence, 'owner', ARGV[1], 'until', till, 'lseq', seq)
+end
 
 return {'GRANTED', fence, seq, version, s[4] or ''}

@@ -1,8 +1,9 @@
 -- The rules of protocol::decide_commit (src/protocol.rs), in Lua: Redis runs no Rust.
 -- Commit a turn in one round trip.
--- KEYS: 1 state, 2 lease (see begin.lua), 3 results, 4 log (list of turn
---       records), 5 payload, 6 staged payload (SET by the caller in the same
---       pipeline, so the bulk data never passes through Lua)
+-- KEYS: 1 state (hash, see begin.lua), 2 log (list of turn records),
+--       3 payload, 4 staged payload (PSETEX by the caller in the same
+--       pipeline, with the state TTL, so the bulk data never passes through
+--       Lua and RENAME carries the TTL along)
 -- ARGV: 1 fence, 2 expected version, 3 new version, 4 workspace ref or "",
 --       5 idempotency record ("<version>\n<reply>"), 6 state TTL ms,
 --       7 turn record (JSON), 8 turnSeq whose record leaves the retention
@@ -10,23 +11,23 @@
 --       than the state's: unshipped records must outlive a Postgres outage)
 -- The caller computes every value it can (new version, records, times), so
 -- the script only checks, moves and writes: Lua string work is expensive.
-local state, lease, results, log, payload, staged = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local state, log, payload, staged = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local held = redis.call('GET', lease)
-local held_fence, held_seq, owner
-if held then held_fence, held_seq, owner = string.match(held, '^(%d+):(%d+):%d+:(.+)$') end
--- The lease must be ours, for this very turn (a caller cannot move turnSeq).
-if not owner or held_fence ~= ARGV[1] or held_seq ~= ARGV[10] then
+local s = redis.call('HMGET', state, 'version', 'fence', 'owner', 'until', 'lseq')
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The lease must be ours, unexpired, for this very turn (a caller cannot
+-- move turnSeq).
+if not s[3] or s[2] ~= ARGV[1] or s[5] ~= ARGV[10] or (tonumber(s[4]) or 0) <= now_ms then
   redis.call('DEL', staged)
   return {'LEASE_LOST'}
 end
 
-local stored = redis.call('HGET', state, 'version')
-if stored and not tonumber(stored) then
+local version = tonumber(s[1] or 0)
+if not version then
   redis.call('DEL', staged)
   return {'CORRUPT', 'version'}
 end
-local version = tonumber(stored) or 0
 if version ~= tonumber(ARGV[2]) then
   redis.call('DEL', staged)
   return {'CONFLICT', version}
@@ -35,11 +36,11 @@ end
 local moved = redis.pcall('RENAME', staged, payload)
 if type(moved) == 'table' and moved.err then return {'NOT_STAGED'} end
 
-redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'replica', owner, 'updated', ARGV[9])
-redis.call('HSET', results, ARGV[10], ARGV[5])
-if ARGV[8] ~= '' then redis.call('HDEL', results, ARGV[8]) end
+redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'replica', s[3],
+  'updated', ARGV[9], 'r' .. ARGV[10], ARGV[5], 'exp', now_ms + tonumber(ARGV[6]))
+-- Release the lease and drop the record that left the retention window.
+redis.call('HDEL', state, 'owner', 'until', 'lseq', 'r' .. ARGV[8])
 redis.call('RPUSH', log, ARGV[7])
-redis.call('DEL', lease)
-for _, key in ipairs({state, payload, results}) do redis.call('PEXPIRE', key, ARGV[6]) end
+redis.call('PEXPIRE', state, ARGV[6])
 redis.call('PEXPIRE', log, ARGV[11])
 return {'COMMITTED', tonumber(ARGV[3])}

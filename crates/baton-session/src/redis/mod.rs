@@ -2,7 +2,9 @@
 //!
 //! Every protocol step is one Lua script over the keys of one session, which
 //! share a hash tag (`baton:{tenant:session}:…`) so each script touches one
-//! Redis Cluster slot. An uncontended turn is two round trips: `begin.lua`
+//! Redis Cluster slot. A session is three keys: the state hash (counters,
+//! the lease, idempotency records: one HMGET reads what a step needs, one
+//! HSET writes it), the payload, and the log of unshipped turn records. An uncontended turn is two round trips: `begin.lua`
 //! pipelined with a GET of the payload, then a PSETEX staging the new payload
 //! pipelined with `commit.lua`, which renames it into place. The payload
 //! never passes through Lua, where bulk strings are expensive. Scripts are
@@ -15,7 +17,6 @@
 //! `begin.lua` again naming the dead owner and its fence. Only that failover
 //! path costs extra round trips.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,13 +35,12 @@ use crate::turn_record;
 /// many turns gets its stored result; an older one gets STALE.
 pub const RESULTS_RETAINED: u64 = 1024;
 
-/// Key names of one session, all under one hash tag.
+/// Key names of one session, all under one hash tag. The state hash also
+/// holds the lease and the idempotency records (see `begin.lua`).
 #[derive(Clone, Debug)]
 pub struct SessionKeys {
     pub state: String,
     pub payload: String,
-    pub lease: String,
-    pub results: String,
     pub log: String,
     tag: String,
 }
@@ -52,8 +52,6 @@ impl SessionKeys {
         Self {
             state: format!("{tag}:state"),
             payload: format!("{tag}:payload"),
-            lease: format!("{tag}:lease"),
-            results: format!("{tag}:results"),
             log: format!("{tag}:log"),
             tag,
         }
@@ -72,9 +70,6 @@ type VersionAndWorkspace = (Option<String>, Option<String>);
 /// Unshipped turn records live at least this long (a week), whatever the
 /// state TTL: the ledger must get them even after a long Postgres outage.
 const LOG_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// How long a staged payload outlives a commit that never ran.
-const STAGED_TTL_MS: u64 = 60_000;
 
 fn heartbeat_key(replica: &str) -> String {
     format!("baton:hb:{replica}")
@@ -142,30 +137,13 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// State hash, lease, lease PTTL and Redis's clock, read in one pipeline.
-type SessionReadout = (HashMap<String, Vec<u8>>, Option<String>, i64, (u64, u64));
+/// The fields of the state hash a session view shows, in this order.
+const VIEW_FIELDS: [&str; 9] = [
+    "version", "fence", "seq", "replica", "updated", "ws", "owner", "until", "lseq",
+];
 
-/// The lease as stored: one string `fence:turnSeq:version:owner`, so a grant
-/// is one SET with PX and a release one DEL.
-struct StoredLease<'a> {
-    fence: u64,
-    turn_seq: u64,
-    owner: &'a str,
-}
-
-impl<'a> StoredLease<'a> {
-    fn parse(text: &'a str) -> Option<Self> {
-        let mut parts = text.splitn(4, ':');
-        let fence = parts.next()?.parse().ok()?;
-        let turn_seq = parts.next()?.parse().ok()?;
-        let _version = parts.next()?;
-        Some(Self {
-            fence,
-            turn_seq,
-            owner: parts.next()?,
-        })
-    }
-}
+/// Those fields and Redis's clock, read in one pipeline.
+type SessionReadout = (Vec<Option<String>>, (u64, u64));
 
 type ShipReadout = (Vec<String>, (Option<u64>, Option<String>), Option<Vec<u8>>);
 
@@ -257,8 +235,6 @@ impl RedisStore {
         let mut invocation = self.scripts.begin.prepare_invoke();
         invocation
             .key(&keys.state)
-            .key(&keys.lease)
-            .key(&keys.results)
             .key(&keys.payload)
             .arg(req.replica.as_str())
             .arg(req.turn_seq.map(|s| s.to_string()).unwrap_or_default())
@@ -268,7 +244,8 @@ impl RedisStore {
                     .unwrap_or_default(),
             )
             .arg(millis(req.lease_ttl))
-            .arg(millis(req.state_ttl))
+            // The state must outlive the lease, whatever the settings.
+            .arg(millis(req.state_ttl.max(req.lease_ttl)))
             .arg(dead.map(|(owner, _)| owner).unwrap_or_default())
             .arg(dead.map(|(_, fence)| fence.to_string()).unwrap_or_default())
             .arg(match on_missing {
@@ -566,17 +543,16 @@ impl RedisStore {
         Ok(keys)
     }
 
+    /// The fence of the session's lease, if one is held (expired or not:
+    /// `begin.lua` judges that).
     async fn lease_fence(&self, key: &SessionKey) -> StoreResult<Option<u64>> {
-        let held: Option<String> = self
+        let (fence, owner): (Option<u64>, Option<String>) = self
             .conn
             .clone()
-            .get(SessionKeys::new(key).lease)
+            .hmget(SessionKeys::new(key).state, &["fence", "owner"])
             .await
             .map_err(unavailable)?;
-        Ok(held
-            .as_deref()
-            .and_then(StoredLease::parse)
-            .map(|l| l.fence))
+        Ok(fence.filter(|_| owner.is_some()))
     }
 
     async fn is_alive(&self, replica: &str) -> StoreResult<bool> {
@@ -603,7 +579,8 @@ impl TurnStore for RedisStore {
         let renewed: i64 = self
             .scripts
             .renew
-            .key(&keys.lease)
+            .key(&keys.state)
+            .key(&keys.payload)
             .arg(lease.fence.to_string())
             .arg(millis(ttl))
             .invoke_async(&mut self.conn.clone())
@@ -629,8 +606,6 @@ impl TurnStore for RedisStore {
         let staged = keys.staged(req.lease.fence);
         invocation
             .key(&keys.state)
-            .key(&keys.lease)
-            .key(&keys.results)
             .key(&keys.log)
             .key(&keys.payload)
             .key(&staged)
@@ -646,10 +621,11 @@ impl TurnStore for RedisStore {
             .arg(turn_seq.to_string())
             .arg(millis(req.state_ttl).max(LOG_TTL_MS));
         // Stage the payload with a plain SET and commit in the same round
-        // trip: the bulk data never passes through Lua.
+        // trip: the bulk data never passes through Lua. It is staged with the
+        // state's TTL, which RENAME carries over; a failed commit deletes it.
         let ((), reply): ((), Vec<Value>) = self
             .with_script(&self.scripts.commit, |pipe| {
-                pipe.pset_ex(&staged, req.payload.as_ref(), STAGED_TTL_MS)
+                pipe.pset_ex(&staged, req.payload.as_ref(), millis(req.state_ttl))
                     .invoke_script(&invocation);
             })
             .await?;
@@ -680,7 +656,7 @@ impl TurnStore for RedisStore {
         let released: i64 = self
             .scripts
             .abort
-            .key(&keys.lease)
+            .key(&keys.state)
             .arg(lease.fence.to_string())
             .invoke_async(&mut self.conn.clone())
             .await
@@ -693,7 +669,6 @@ impl TurnStore for RedisStore {
         self.scripts
             .revoke
             .key(&keys.state)
-            .key(&keys.lease)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)
@@ -747,30 +722,30 @@ impl TurnStore for RedisStore {
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
         let keys = SessionKeys::new(key);
-        let (state, lease, lease_pttl, now): SessionReadout = redis::pipe()
-            .hgetall(&keys.state)
-            .get(&keys.lease)
-            .pttl(&keys.lease)
+        // Not HGETALL: the hash also holds up to RESULTS_RETAINED replies.
+        let (fields, now): SessionReadout = redis::pipe()
+            .hmget(&keys.state, &VIEW_FIELDS)
             .cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        if state.is_empty() {
+        let field = |name: &str| {
+            let i = VIEW_FIELDS.iter().position(|f| *f == name)?;
+            fields.get(i)?.clone()
+        };
+        // Every state hash has a fence from its first grant on.
+        if field("fence").is_none() {
             return Ok(None);
         }
-        let text = |f: &str| {
-            state
-                .get(f)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-        };
+        let text = |f: &str| field(f);
         let num = |f: &str| text(f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let now_ms = now.0 * 1000 + now.1 / 1000;
-        let lease = match (lease.as_deref().and_then(StoredLease::parse), lease_pttl) {
-            (Some(held), pttl) if pttl >= 0 => Some(LeaseView {
-                owner: held.owner.to_owned(),
-                fence: held.fence,
-                turn_seq: held.turn_seq,
-                expires_at_ms: now_ms + pttl.unsigned_abs(),
+        let lease = match (text("owner"), num("until")) {
+            (Some(owner), until) if until > now_ms => Some(LeaseView {
+                owner,
+                fence: num("fence"),
+                turn_seq: num("lseq"),
+                expires_at_ms: until,
             }),
             _ => None,
         };

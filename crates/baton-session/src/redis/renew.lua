@@ -1,6 +1,16 @@
--- Extend the lease if it is still ours. KEYS: 1 lease. ARGV: 1 fence, 2 TTL ms.
-local held = redis.call('GET', KEYS[1])
-if held and string.match(held, '^(%d+):') == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Extend the lease if it is still ours and unexpired; the state and payload
+-- then live at least as long as the lease (a long turn cannot outlive its
+-- state). KEYS: 1 state, 2 payload. ARGV: 1 fence, 2 lease TTL ms.
+local s = redis.call('HMGET', KEYS[1], 'fence', 'owner', 'until', 'exp')
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not s[2] or s[1] ~= ARGV[1] or (tonumber(s[3]) or 0) <= now_ms then return 0 end
+local till = now_ms + tonumber(ARGV[2])
+if (tonumber(s[4]) or 0) < till then
+  redis.call('HSET', KEYS[1], 'until', till, 'exp', till)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+else
+  redis.call('HSET', KEYS[1], 'until', till)
 end
-return 0
+return 1

@@ -1,12 +1,12 @@
--- Takeover: drop any lease and bump the fence. KEYS: 1 state, 2 lease.
--- Returns the revoked owner, or false.
-local held = redis.call('GET', KEYS[2])
-local owner = held and string.match(held, '^%d+:%d+:%d+:(.+)$') or false
-redis.call('DEL', KEYS[2])
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local t = redis.call('TIME')
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local fence = tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0
-  redis.call('HSET', KEYS[1], 'fence', string.format('%.0f', math.max(fence + 1, now_us)))
-end
+-- Takeover: drop any lease and bump the fence. KEYS: 1 state.
+-- Returns the revoked owner (if its lease was unexpired), or false.
+local s = redis.call('HMGET', KEYS[1], 'fence', 'owner', 'until')
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner = false
+if s[2] and (tonumber(s[3]) or 0) > now_ms then owner = s[2] end
+local fence = math.max((tonumber(s[1]) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('HDEL', KEYS[1], 'owner', 'until', 'lseq')
+redis.call('HSET', KEYS[1], 'fence', fence)
 return owner

@@ -480,6 +480,44 @@ pub async fn state_expires_after_its_ttl<S: TurnStore>(store: S) {
     );
 }
 
+/// A grant keeps the state alive for at least the lease, and a renewal for
+/// at least its extension: a long turn can commit on a session whose state
+/// TTL is shorter than the turn.
+pub async fn a_running_turn_outlives_the_state_ttl<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let ttl = Duration::from_millis(300);
+    let short = |k: &SessionKey| BeginRequest {
+        state_ttl: ttl,
+        ..begin_req(k, &a, None)
+    };
+    let commit = |lease: &Lease, payload: &str| CommitRequest {
+        state_ttl: ttl,
+        ..commit_req(lease, payload, "r")
+    };
+    let (running, idle) = (key("running"), key("idle"));
+    for k in [&running, &idle] {
+        let (lease, _) = granted(&store, &short(k)).await;
+        store.commit(&commit(&lease, "one")).await.unwrap();
+    }
+    // The lease (60 s) outlasts the state TTL (300 ms).
+    let (lease, state) = granted(&store, &short(&running)).await;
+    assert_eq!(state.version, 1);
+    // The idle session, committed as long ago with the same TTL, expires.
+    wait_until_async(
+        Duration::from_secs(5),
+        "the idle state to expire",
+        || async { store.session(&idle).await.unwrap().is_none() },
+    )
+    .await;
+    assert!(store.renew(&lease, LONG).await.unwrap());
+    assert_eq!(
+        store.commit(&commit(&lease, "two")).await.unwrap(),
+        CommitOutcome::Committed { version: 2 }
+    );
+    let kept = store.read_state(&running).await.unwrap().expect("state");
+    assert_eq!((kept.version, &kept.payload[..]), (2, &b"two"[..]));
+}
+
 pub async fn tenants_are_separate<S: TurnStore>(store: S) {
     let a = replica(&store, "a").await;
     let one = SessionKey::new("tenant-one", "s-1").unwrap();

@@ -39,6 +39,7 @@ macro_rules! contract_suite {
             case!(a_gap_in_turn_seq_is_refused);
             case!(a_cached_version_skips_the_payload);
             case!(state_expires_after_its_ttl);
+            case!(a_running_turn_outlives_the_state_ttl);
             case!(tenants_are_separate);
             case!(workspace_refs_travel_with_the_state);
             case!(oversized_commits_are_refused_and_nothing_is_overwritten);
