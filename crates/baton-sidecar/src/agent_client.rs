@@ -23,7 +23,8 @@ pub enum AgentCallError {
 #[derive(Clone)]
 pub struct AgentClient {
     http: reqwest::Client,
-    url: String,
+    /// Parsed once: parsing (with IDNA) on every turn showed in profiles.
+    url: Result<reqwest::Url, String>,
     /// `host:port` of the agent, for the readiness check.
     address: Option<String>,
     timeout: Duration,
@@ -39,7 +40,8 @@ impl AgentClient {
             .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)));
         Self {
             http: reqwest::Client::new(),
-            url: format!("{}{TURN_PATH}", base_url.trim_end_matches('/')),
+            url: reqwest::Url::parse(&format!("{}{TURN_PATH}", base_url.trim_end_matches('/')))
+                .map_err(|e| format!("agent URL {base_url:?}: {e}")),
             address,
             timeout,
         }
@@ -59,9 +61,10 @@ impl AgentClient {
     }
 
     pub async fn turn(&self, req: &TurnRequest) -> Result<TurnResponse, AgentCallError> {
+        let url = self.url.clone().map_err(AgentCallError::Unreachable)?;
         let sent = self
             .http
-            .post(&self.url)
+            .post(url)
             .json(req)
             .timeout(self.timeout)
             .send()
