@@ -390,7 +390,7 @@ async fn a_paused_holder_is_fenced_out(stores: Stores) {
         })
     };
     dev.lease_owner("s-pause").await;
-    signal(first_pid, "STOP");
+    dev.pause(first_pid).await;
     let paused = Instant::now();
     // Past the lease TTL: the pause outlasts both the heartbeat and the lease.
     let (status, body) = dev
@@ -461,7 +461,7 @@ async fn takeover_frees_a_stuck_session_at_once(stores: Stores) {
         })
     };
     let holder = dev.lease_owner("s-stuck").await;
-    signal(stuck_pid, "STOP");
+    dev.pause(stuck_pid).await;
     let (status, busy) = dev
         .turn_on(&other, "s-stuck", &json!({ "input": "hello?" }), "")
         .await;

@@ -95,15 +95,21 @@ impl Default for ClusterOptions {
 
 /// Sends `signal` (e.g. "KILL", "STOP", "CONT") to `pid`.
 pub fn signal(pid: u64, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -{signal} {pid} failed");
+    baton_testkit::send_signal(u32::try_from(pid).expect("a pid"), signal);
 }
 
 impl Cluster {
+    /// SIGSTOPs replica process `pid`; on the embedded stores, at a moment
+    /// it holds no SQLite write lock (see `stop_outside_a_sqlite_write`).
+    pub async fn pause(&self, pid: u64) {
+        if self._stores.is_some() {
+            signal(pid, "STOP");
+        } else {
+            let pid = u32::try_from(pid).expect("a pid");
+            baton_testkit::stop_outside_a_sqlite_write(pid, &self.data_dir.join("baton.db")).await;
+        }
+    }
+
     pub async fn start(stores: Stores) -> Self {
         Self::start_with(ClusterOptions {
             stores,

@@ -70,11 +70,7 @@ impl Worker {
     }
 
     fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {signal} failed");
+        baton_testkit::send_signal(self.child.id(), signal.trim_start_matches('-'));
     }
 
     fn kill(&mut self) {
@@ -182,7 +178,11 @@ async fn g2_sqlite_killed_mid_turn_frees_the_session_fast() {
 
 // --- G5: a paused holder can neither commit nor publish a manifest ---
 
-async fn paused_holder_is_fenced_out<S: TurnStore>(store: S, store_arg: String) {
+async fn paused_holder_is_fenced_out<S: TurnStore>(
+    store: S,
+    store_arg: String,
+    sqlite_db: Option<&std::path::Path>,
+) {
     let files = tempfile::tempdir().unwrap();
     let workspaces = WorkspaceStore::local(files.path()).unwrap();
     let paused = Worker::start(&[
@@ -196,7 +196,10 @@ async fn paused_holder_is_fenced_out<S: TurnStore>(store: S, store_arg: String) 
         format!("workspace={}", files.path().display()),
     ]);
     paused.wait_for("GRANTED g5", Duration::from_secs(20));
-    paused.signal("-STOP");
+    match sqlite_db {
+        Some(db) => baton_testkit::stop_outside_a_sqlite_write(paused.child.id(), db).await,
+        None => paused.signal("-STOP"),
+    }
 
     // Another replica takes the session once the paused one's lease lapses,
     // runs a turn with a file of its own and commits.
@@ -273,7 +276,7 @@ async fn paused_holder_is_fenced_out<S: TurnStore>(store: S, store_arg: String) 
 async fn g5_redis_paused_holder_is_fenced_out() {
     let redis = RedisServer::start();
     let store = RedisStore::connect(&redis.url()).await.unwrap();
-    paused_holder_is_fenced_out(store, format!("store={}", redis.url())).await;
+    paused_holder_is_fenced_out(store, format!("store={}", redis.url()), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,7 +284,7 @@ async fn g5_sqlite_paused_holder_is_fenced_out() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("baton.db");
     let store = SqliteStore::open(&db).await.unwrap();
-    paused_holder_is_fenced_out(store, format!("store=sqlite:{}", db.display())).await;
+    paused_holder_is_fenced_out(store, format!("store=sqlite:{}", db.display()), Some(&db)).await;
 }
 
 // --- the storm: linearizability under SIGKILL and SIGSTOP ---

@@ -396,3 +396,44 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Sends `signal` ("STOP", "CONT", "KILL", …) to process `pid`.
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// SIGSTOPs process `pid` at a moment it holds no write lock on the SQLite
+/// file `db`. Stopped inside a write transaction (a heartbeat, say), a
+/// process blocks every other process's writes on the file until it
+/// resumes: true of any embedded-store replica, and not what a test that
+/// pauses a lease holder is about.
+pub async fn stop_outside_a_sqlite_write(pid: u32, db: &std::path::Path) {
+    use sqlx::Connection;
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(db)
+        .busy_timeout(Duration::ZERO);
+    let mut probe = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .expect("open the SQLite file");
+    for _ in 0..100 {
+        send_signal(pid, "STOP");
+        if sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut probe)
+            .await
+            .is_ok()
+        {
+            sqlx::query("ROLLBACK")
+                .execute(&mut probe)
+                .await
+                .expect("rollback");
+            return;
+        }
+        send_signal(pid, "CONT");
+    }
+    panic!("process {pid} was inside a write transaction on every one of 100 tries");
+}
