@@ -90,6 +90,59 @@ async fn redis_refuses_a_version_whose_payload_is_gone() {
     ));
 }
 
+/// The normal flow never leaves a state without its payload: the two keys
+/// expire at the same instant, whoever set their TTLs last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_state_and_payload_expire_together() {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("together");
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys = baton_session::redis::SessionKeys::new(&k);
+    let mut expiries = async || -> (i64, i64) {
+        let mut times = Vec::new();
+        for key in [&keys.state, &keys.payload] {
+            let at: i64 = ::redis::cmd("PEXPIRETIME")
+                .arg(key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            times.push(at);
+        }
+        (times[0], times[1])
+    };
+    // A state TTL shorter than the lease (60 s).
+    let short = std::time::Duration::from_millis(500);
+    let begin = BeginRequest {
+        state_ttl: short,
+        ..begin_req(&k, &a, None)
+    };
+    let (lease, _) = granted(&store, &begin).await;
+    let commit = CommitRequest {
+        state_ttl: short,
+        ..commit_req(&lease, "t1", "r")
+    };
+    store.commit(&commit).await.unwrap();
+    let (committed, payload) = expiries().await;
+    assert!(committed > 0, "the state has a TTL");
+    assert_eq!(committed, payload, "after a commit");
+
+    // The next grant's lease outlasts the state: it extends both.
+    let (lease, _) = granted(&store, &begin).await;
+    let (state, payload) = expiries().await;
+    assert!(state > committed, "the grant extended the state");
+    assert_eq!(state, payload, "after a grant that refreshed them");
+    assert!(store.renew(&lease, cases::DAY).await.unwrap());
+    let (renewed, payload) = expiries().await;
+    assert!(renewed > state, "a renewal past the state's end extends it");
+    assert_eq!(renewed, payload, "after a renewal that extended them");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_refuses_corrupt_counters_without_overwriting_them() {
     let dir = tempfile::tempdir().unwrap();

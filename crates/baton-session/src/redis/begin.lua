@@ -23,6 +23,9 @@
 --       the ledger whether it was lost)
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
+-- Numbers are written as decimal integers with string.format('%d'): Redis
+-- 7.2.0-7.2.4 turn a Lua number with trailing zeros into "1.7e+15".
+local function int(n) return string.format('%d', n) end
 local state = KEYS[1]
 
 local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', 'r' .. ARGV[2], 'exp')
@@ -57,19 +60,18 @@ if seq > last + 1 then return {'GAP', last + 1} end
 -- they stay monotonic even after the state was lost and restored.
 fence = math.max(fence + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 
--- Numbers go to redis.call and back as integers, exactly (fences and times
--- are below 2^53).
+-- Fences and times are below 2^53: exact as Lua numbers.
 local till = now_ms + tonumber(ARGV[4])
 -- The state must not expire under a running turn: a grant refreshes its TTL
 -- when it would end before the lease (a renewal does the same).
 local exp = tonumber(s[8]) or 0
 if exp < till then
   exp = now_ms + tonumber(ARGV[5])
-  redis.call('HSET', state, 'fence', fence, 'owner', ARGV[1], 'until', till, 'lseq', seq, 'exp', exp)
+  redis.call('HSET', state, 'fence', int(fence), 'owner', ARGV[1], 'until', int(till), 'lseq', int(seq), 'exp', int(exp))
   redis.call('PEXPIRE', state, ARGV[5])
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
 else
-  redis.call('HSET', state, 'fence', fence, 'owner', ARGV[1], 'until', till, 'lseq', seq)
+  redis.call('HSET', state, 'fence', int(fence), 'owner', ARGV[1], 'until', int(till), 'lseq', int(seq))
 end
 
 return {'GRANTED', fence, seq, version, s[4] or ''}

@@ -2,8 +2,7 @@
 -- Commit a turn in one round trip.
 -- KEYS: 1 state (hash, see begin.lua), 2 log (list of turn records),
 --       3 payload, 4 staged payload (PSETEX by the caller in the same
---       pipeline, with the state TTL, so the bulk data never passes through
---       Lua and RENAME carries the TTL along)
+--       pipeline, so the bulk data never passes through Lua)
 -- ARGV: 1 fence, 2 expected version, 3 new version, 4 workspace ref or "",
 --       5 idempotency record ("<version>\n<reply>"), 6 state TTL ms,
 --       7 turn record (JSON), 8 turnSeq whose record leaves the retention
@@ -11,6 +10,9 @@
 --       than the state's: unshipped records must outlive a Postgres outage)
 -- The caller computes every value it can (new version, records, times), so
 -- the script only checks, moves and writes: Lua string work is expensive.
+-- Numbers are written as decimal integers with string.format('%d'): Redis
+-- 7.2.0-7.2.4 turn a Lua number with trailing zeros into "1.7e+15".
+local function int(n) return string.format('%d', n) end
 local state, log, payload, staged = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local s = redis.call('HMGET', state, 'version', 'fence', 'owner', 'until', 'lseq')
@@ -37,10 +39,13 @@ local moved = redis.pcall('RENAME', staged, payload)
 if type(moved) == 'table' and moved.err then return {'NOT_STAGED'} end
 
 redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'replica', s[3],
-  'updated', ARGV[9], 'r' .. ARGV[10], ARGV[5], 'exp', now_ms + tonumber(ARGV[6]))
+  'updated', ARGV[9], 'r' .. ARGV[10], ARGV[5], 'exp', int(now_ms + tonumber(ARGV[6])))
 -- Release the lease and drop the record that left the retention window.
 redis.call('HDEL', state, 'owner', 'until', 'lseq', 'r' .. ARGV[8])
 redis.call('RPUSH', log, ARGV[7])
+-- The state and its payload expire at the same instant (time stands still
+-- inside a script): a state without its payload reads as corrupt.
 redis.call('PEXPIRE', state, ARGV[6])
+redis.call('PEXPIRE', payload, ARGV[6])
 redis.call('PEXPIRE', log, ARGV[11])
 return {'COMMITTED', tonumber(ARGV[3])}

@@ -64,6 +64,9 @@ impl SessionKeys {
     }
 }
 
+/// How long a staged payload outlives a commit that never ran.
+const STAGED_TTL_MS: u64 = 60_000;
+
 /// `HMGET state version ws`.
 type VersionAndWorkspace = (Option<String>, Option<String>);
 
@@ -280,8 +283,10 @@ impl RedisStore {
                 let workspace = reply.text(4)?;
                 let payload = match (prefetched, req.cached_version) {
                     (_, Some(cached)) if cached == version => None,
+                    // A session that never committed has no payload, whatever
+                    // a key left from an expired predecessor may hold.
+                    _ if version == 0 => Some(Bytes::new()),
                     (Some(Value::BulkString(bytes)), _) => Some(Bytes::from(bytes)),
-                    (Some(Value::Nil), _) if version == 0 => Some(Bytes::new()),
                     (Some(Value::Nil), _) => {
                         return Err(corrupt(format!(
                             "{}: version {version} has no payload",
@@ -298,7 +303,6 @@ impl RedisStore {
                             .map_err(unavailable)?;
                         match bytes {
                             Some(bytes) => Some(Bytes::from(bytes)),
-                            None if version == 0 => Some(Bytes::new()),
                             None => {
                                 return Err(corrupt(format!(
                                     "{}: version {version} has no payload",
@@ -621,11 +625,11 @@ impl TurnStore for RedisStore {
             .arg(turn_seq.to_string())
             .arg(millis(req.state_ttl).max(LOG_TTL_MS));
         // Stage the payload with a plain SET and commit in the same round
-        // trip: the bulk data never passes through Lua. It is staged with the
-        // state's TTL, which RENAME carries over; a failed commit deletes it.
+        // trip: the bulk data never passes through Lua. A failed commit
+        // deletes it; one whose script never ran leaves it for a minute.
         let ((), reply): ((), Vec<Value>) = self
             .with_script(&self.scripts.commit, |pipe| {
-                pipe.pset_ex(&staged, req.payload.as_ref(), millis(req.state_ttl))
+                pipe.pset_ex(&staged, req.payload.as_ref(), STAGED_TTL_MS)
                     .invoke_script(&invocation);
             })
             .await?;

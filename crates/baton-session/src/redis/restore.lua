@@ -11,7 +11,7 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local fence = math.max(tonumber(ARGV[5]) + 1, now_us)
 redis.call('HSET', KEYS[1], 'version', ARGV[1], 'ws', ARGV[3], 'seq', ARGV[4],
   'fence', string.format('%.0f', fence), 'replica', ARGV[6], 'updated', ARGV[7],
-  'exp', math.floor(now_us / 1000) + tonumber(ARGV[8]))
+  'exp', string.format('%d', math.floor(now_us / 1000) + tonumber(ARGV[8])))
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
