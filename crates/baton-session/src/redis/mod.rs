@@ -4,9 +4,11 @@
 //! share a hash tag (`baton:{tenant:session}:…`) so each script touches one
 //! Redis Cluster slot. A session is three keys: the state hash (counters,
 //! the lease, idempotency records: one HMGET reads what a step needs, one
-//! HSET writes it), the payload, and the log of unshipped turn records. An uncontended turn is two round trips: `begin.lua`
-//! pipelined with a GET of the payload, then a PSETEX staging the new payload
-//! pipelined with `commit.lua`, which renames it into place. The payload
+//! HSET writes it), the payload, and the log of unshipped turn records.
+//!
+//! An uncontended turn is two round trips: `begin.lua` pipelined with a GET
+//! of the payload, then a PSETEX staging the new payload pipelined with
+//! `commit.lua`, which renames it into place. The payload
 //! never passes through Lua, where bulk strings are expensive. Scripts are
 //! sent by SHA and loaded when Redis answers NOSCRIPT (after a restart), then
 //! the pipeline runs again: NOSCRIPT never surfaces as an outcome.
@@ -741,10 +743,9 @@ impl TurnStore for RedisStore {
         if field("fence").is_none() {
             return Ok(None);
         }
-        let text = |f: &str| field(f);
-        let num = |f: &str| text(f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let num = |f: &str| field(f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let now_ms = now.0 * 1000 + now.1 / 1000;
-        let lease = match (text("owner"), num("until")) {
+        let lease = match (field("owner"), num("until")) {
             (Some(owner), until) if until > now_ms => Some(LeaseView {
                 owner,
                 fence: num("fence"),
@@ -758,9 +759,9 @@ impl TurnStore for RedisStore {
             version: num("version"),
             fence: num("fence"),
             last_turn_seq: num("seq"),
-            last_replica: text("replica"),
+            last_replica: field("replica"),
             updated_at_ms: num("updated"),
-            workspace: text("ws").filter(|w| !w.is_empty()),
+            workspace: field("ws").filter(|w| !w.is_empty()),
             lease,
         }))
     }
