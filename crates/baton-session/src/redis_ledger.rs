@@ -105,14 +105,9 @@ impl RedisLedgerStore {
             return Ok(ShipRound::default());
         }
         self.ledger.record_many(&batches).await?;
-        let acks: Vec<(SessionKey, u64)> = batches
-            .iter()
-            .map(|b| {
-                let up_to = b.records.iter().map(|r| r.turn_seq).max().unwrap_or(0);
-                (b.key.clone(), up_to)
-            })
-            .collect();
-        let dropped = self.redis.ack_shipped(&acks).await?;
+        // Only the records just stored leave the logs, named one by one: a
+        // record that arrived meanwhile stays, even with a turnSeq no higher.
+        let dropped = self.redis.ack_shipped(&batches).await?;
         let mut round = ShipRound::default();
         for (batch, dropped) in batches.iter().zip(dropped) {
             round.shipped += batch.records.len();

@@ -388,3 +388,102 @@ async fn a_corrupt_log_does_not_hold_back_other_sessions() {
     store.sweep().await.unwrap();
     wait_for_ledger(store.ledger(), &k, 3).await;
 }
+
+/// The shipper drops from the log exactly the records it stored, not every
+/// record up to the highest turnSeq it shipped. Redis that came back with an
+/// older state uses turnSeqs again, so a record nobody shipped may carry a
+/// turnSeq no higher than one just shipped; it must still reach the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_below_the_highest_shipped_turn_seq_is_still_shipped() {
+    let redis = RedisServer::start();
+    let url = ledgered::database();
+    let store = RedisLedgerStore::connect(&redis.url(), &url).await.unwrap();
+    let k = key("reused");
+    let log = baton_session::redis::SessionKeys::new(&k).log;
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let record = |turn_seq: u64, fence: u64| {
+        serde_json::to_string(&TurnRecord {
+            tenant: "acme".into(),
+            session: "reused".into(),
+            turn_seq,
+            version: turn_seq,
+            replica: "a".into(),
+            fence,
+            input_digest: "i".into(),
+            reply_digest: "r".into(),
+            workspace: None,
+            started_at_ms: 1,
+            committed_at_ms: turn_record::now_ms(),
+        })
+        .unwrap()
+    };
+
+    // Hold the ledger's turn table, so the replica's shipper reads the log
+    // and then waits to store what it read.
+    let pg = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut hold = pg.begin().await.unwrap();
+    sqlx::query("LOCK TABLE turns IN EXCLUSIVE MODE")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let () = ::redis::cmd("RPUSH")
+        .arg(&log)
+        .arg(record(5, 500))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    wait_until_async(
+        SHIPPED_WITHIN,
+        "the shipper to wait for the ledger",
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'turns'::regclass
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .fetch_one(&pg)
+            .await
+            .unwrap();
+            waiting > 0
+        },
+    )
+    .await;
+
+    // Meanwhile Redis comes back with an older state: its log holds turn 3,
+    // committed under another fence and never shipped.
+    let () = ::redis::pipe()
+        .atomic()
+        .del(&log)
+        .rpush(&log, record(3, 300))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    hold.rollback().await.unwrap();
+
+    // The shipper stores turn 5 and acknowledges it: turn 3 stays in the log
+    // and is shipped next.
+    wait_until_async(SHIPPED_WITHIN, "turn 3 in the ledger", || async {
+        store.ledger().turn_count(&k).await.unwrap_or(0) == 2
+    })
+    .await;
+    let turns = store.ledger().turns(&k, 10).await.unwrap();
+    assert_eq!(
+        turns
+            .iter()
+            .map(|t| (t.turn_seq, t.fence))
+            .collect::<Vec<_>>(),
+        [(5, 500), (3, 300)]
+    );
+    wait_until_async(SHIPPED_WITHIN, "the log to be emptied", || async {
+        let left: u64 = ::redis::cmd("LLEN")
+            .arg(&log)
+            .query_async(&mut admin.clone())
+            .await
+            .unwrap();
+        left == 0
+    })
+    .await;
+}

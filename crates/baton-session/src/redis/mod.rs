@@ -482,17 +482,27 @@ impl RedisStore {
         Ok(batches)
     }
 
-    /// Drops the shipped records of each session (turnSeq up to its
-    /// `up_to`) from its log, in one round trip; how many each dropped.
-    pub(crate) async fn ack_shipped(&self, acks: &[(SessionKey, u64)]) -> StoreResult<Vec<u64>> {
-        if acks.is_empty() {
+    /// Drops from each batch's session log the records the batch shipped,
+    /// in one round trip; how many each dropped. Records are named by
+    /// turnSeq and fence, and only those are dropped (see `ack.lua`): a
+    /// record the batch did not hold stays to be shipped, whatever its
+    /// turnSeq.
+    pub(crate) async fn ack_shipped(
+        &self,
+        batches: &[crate::ledger::ShipBatch],
+    ) -> StoreResult<Vec<u64>> {
+        if batches.is_empty() {
             return Ok(Vec::new());
         }
-        let invocations: Vec<_> = acks
+        let invocations: Vec<_> = batches
             .iter()
-            .map(|(key, up_to)| {
+            .map(|batch| {
                 let mut i = self.scripts.ack.prepare_invoke();
-                i.key(SessionKeys::new(key).log).arg(up_to.to_string());
+                i.key(SessionKeys::new(&batch.key).log);
+                for record in &batch.records {
+                    i.arg(record.turn_seq.to_string())
+                        .arg(record.fence.to_string());
+                }
                 i
             })
             .collect();
@@ -764,5 +774,117 @@ impl TurnStore for RedisStore {
             workspace: field("ws").filter(|w| !w.is_empty()),
             lease,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::ShipBatch;
+    use crate::model::TurnRecord;
+
+    fn record(turn_seq: u64, fence: u64) -> TurnRecord {
+        TurnRecord {
+            tenant: "acme".into(),
+            session: "ack".into(),
+            turn_seq,
+            version: turn_seq,
+            replica: "a".into(),
+            fence,
+            input_digest: "i".into(),
+            reply_digest: "r".into(),
+            workspace: None,
+            started_at_ms: 1,
+            committed_at_ms: 2,
+        }
+    }
+
+    fn batch(key: &SessionKey, ids: &[(u64, u64)]) -> ShipBatch {
+        ShipBatch {
+            key: key.clone(),
+            records: ids.iter().map(|&(seq, fence)| record(seq, fence)).collect(),
+            durable: None,
+        }
+    }
+
+    async fn set_log(store: &RedisStore, key: &SessionKey, ids: &[(u64, u64)]) {
+        let log = SessionKeys::new(key).log;
+        let mut pipe = redis::pipe();
+        pipe.atomic().del(&log);
+        for &(seq, fence) in ids {
+            pipe.rpush(&log, serde_json::to_string(&record(seq, fence)).unwrap());
+        }
+        let () = pipe.query_async(&mut store.conn.clone()).await.unwrap();
+    }
+
+    async fn log(store: &RedisStore, key: &SessionKey) -> Vec<(u64, u64)> {
+        let raw: Vec<String> = store
+            .conn
+            .clone()
+            .lrange(SessionKeys::new(key).log, 0, -1)
+            .await
+            .unwrap();
+        raw.iter()
+            .map(|r| {
+                let r: TurnRecord = serde_json::from_str(r).unwrap();
+                (r.turn_seq, r.fence)
+            })
+            .collect()
+    }
+
+    /// `ack.lua` drops the records a batch names (turnSeq and fence), and no
+    /// other: not one that merely has a turnSeq at or below theirs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ack_drops_exactly_the_shipped_records() {
+        let server = baton_testkit::RedisServer::start();
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        let (k, other) = (
+            SessionKey::new("acme", "ack").unwrap(),
+            SessionKey::new("acme", "other").unwrap(),
+        );
+        let ack = |batches: Vec<ShipBatch>| {
+            let store = store.clone();
+            async move { store.ack_shipped(&batches).await.unwrap() }
+        };
+
+        set_log(&store, &k, &[(1, 10), (2, 20), (3, 30), (4, 40)]).await;
+        set_log(&store, &other, &[(7, 70)]).await;
+        // Two sessions in one round trip; a record appended after the read stays.
+        let dropped = ack(vec![
+            batch(&k, &[(1, 10), (2, 20)]),
+            batch(&other, &[(7, 70)]),
+        ])
+        .await;
+        assert_eq!(dropped, [2, 1]);
+        assert_eq!(log(&store, &k).await, [(3, 30), (4, 40)]);
+        assert!(log(&store, &other).await.is_empty());
+
+        // Another shipper read more of the log, and acks after the first
+        // one: what it shipped and is still there goes.
+        assert_eq!(
+            ack(vec![batch(&k, &[(1, 10), (2, 20), (3, 30)])]).await,
+            [1]
+        );
+        assert_eq!(log(&store, &k).await, [(4, 40)]);
+
+        // Redis came back with an older state and used turnSeqs again: a
+        // record with a shipped turnSeq but another fence, or a lower
+        // turnSeq, was not shipped and stays.
+        set_log(&store, &k, &[(4, 41), (5, 50)]).await;
+        assert_eq!(ack(vec![batch(&k, &[(4, 40), (5, 50)])]).await, [0]);
+        set_log(&store, &k, &[(2, 21), (5, 50)]).await;
+        assert_eq!(ack(vec![batch(&k, &[(4, 40), (5, 50)])]).await, [0]);
+        assert_eq!(log(&store, &k).await, [(2, 21), (5, 50)]);
+        // Matching stops at the first record that is not the next shipped.
+        set_log(&store, &k, &[(4, 40), (5, 51), (6, 60)]).await;
+        assert_eq!(
+            ack(vec![batch(&k, &[(4, 40), (5, 50), (6, 60)])]).await,
+            [1]
+        );
+        assert_eq!(log(&store, &k).await, [(5, 51), (6, 60)]);
+
+        // An empty log or an empty batch drops nothing.
+        assert_eq!(ack(vec![batch(&other, &[(7, 70)])]).await, [0]);
+        assert_eq!(ack(vec![batch(&k, &[])]).await, [0]);
     }
 }
