@@ -15,7 +15,11 @@ pub struct BeginRequest {
     /// The caller's turn sequence number for an idempotent retry; `None`
     /// lets the runtime assign `last + 1`.
     pub turn_seq: Option<u64>,
-    /// The state version the caller already holds; its payload is then not sent.
+    /// The state version the caller already holds; its payload is then not
+    /// sent. A state emptied after its TTL never comes back under the
+    /// version it had: with the ledger and on SQLite it takes the next one.
+    /// (Redis alone keeps nothing of an expired session: it starts again at
+    /// version 0, and later commits reach the old numbers again.)
     pub cached_version: Option<u64>,
     pub lease_ttl: Duration,
     /// How long a session created by this turn lives if it never commits.

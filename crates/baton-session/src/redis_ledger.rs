@@ -10,7 +10,10 @@
 //! to the ledger, the session is new; known with a durable copy, it is
 //! restored (versions and fences continue from there); known without one,
 //! the turn gets STATE_LOST. A session idle past its state TTL comes back
-//! with its counters but an empty state, as it would have expired anyway.
+//! with its turnSeq and fence but an empty state, as it would have expired
+//! anyway, under a new version (the last one + 1), so that a caller caching
+//! the last version's payload cannot mistake the reset for it (see
+//! `recover`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -189,14 +192,38 @@ impl RedisLedgerStore {
         };
         let idle = now_ms().saturating_sub(known.last_turn_at_ms);
         let expired = u128::from(idle) >= req.state_ttl.as_millis();
-        let copy = match (&known.durable, expired) {
-            (_, true) => DurableCopy {
-                version: known
+        // Version and turnSeq advance together, one per commit: a copy ahead
+        // of the ledger's last turn is as many turns further on. (A reset,
+        // below, adds a version without a turn. The log is shipped before
+        // one, so the ledger's last turn and a copy ahead of it are on the
+        // same side of it; were they not, the turnSeq would come out one too
+        // high: one skipped, never one used twice.)
+        let turn_seq_at =
+            |version: u64| known.last_turn_seq + version.saturating_sub(known.last_version);
+        let (copy, turn_seq) = match (&known.durable, expired) {
+            (_, true) => {
+                let last = known
                     .last_version
-                    .max(known.durable.as_ref().map_or(0, |d| d.version)),
-                payload: Bytes::new(),
-                workspace: None,
-            },
+                    .max(known.durable.as_ref().map_or(0, |d| d.version));
+                // The rule for a session back after its state TTL: its state
+                // is reset to empty under a NEW version, last + 1, never
+                // under `last`. A caller that cached `last`'s payload
+                // (BeginRequest::cached_version) must not be told to use it:
+                // with the version unchanged, "you hold this version" and
+                // "this version, emptied" would look the same. The reset is
+                // not a turn: turnSeq stays (the next turn takes the next one,
+                // so the ledger's key (tenant, session, turnSeq) stays unique)
+                // and no ledger row is written. Versions and fences still
+                // only grow; a reset repeated before the next commit is the
+                // same empty state at the same version. SQLite does the same
+                // (sqlite.rs, expire_if_due).
+                let reset = DurableCopy {
+                    version: last + 1,
+                    payload: Bytes::new(),
+                    workspace: None,
+                };
+                (reset, turn_seq_at(last))
+            }
             // A copy older than the last turn the ledger knows would send the
             // version backwards: refuse instead.
             (Some(copy), false) if copy.version < known.last_version => {
@@ -204,14 +231,17 @@ impl RedisLedgerStore {
                     last_version: known.last_version,
                 }));
             }
-            (Some(copy), false) => copy.clone(),
+            (Some(copy), false) => (copy.clone(), turn_seq_at(copy.version)),
             (None, false) => {
                 return Ok(Some(BeginOutcome::StateLost {
                     last_version: known.last_version,
                 }));
             }
         };
-        let restored = self.redis.restore(&known, &copy, req.state_ttl).await?;
+        let restored = self
+            .redis
+            .restore(&known, &copy, turn_seq, req.state_ttl)
+            .await?;
         tracing::warn!(session = %req.key, version = copy.version, restored, expired, "session state restored from the ledger");
         Ok(None)
     }

@@ -6,10 +6,12 @@
 //! decisions are the same as the Redis scripts' (the contract suite runs on
 //! both).
 //!
-//! Expiry differs from Redis in one way that only makes it safer: when a
-//! session's state outlives `stateTtl`, its payload, workspace and
-//! idempotency records are dropped but its counters (version, turnSeq,
-//! fence) are kept, so the ledger's (tenant, session, turnSeq) stays unique.
+//! Expiry differs from Redis alone in one way that only makes it safer: when
+//! a session's state outlives `stateTtl`, its payload, workspace and
+//! idempotency records are dropped but its counters are kept (turnSeq and
+//! fence as they were, so the ledger's (tenant, session, turnSeq) stays
+//! unique; the version one higher, see [`expire_if_due`]), as Redis with the
+//! ledger does.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -99,13 +101,23 @@ impl SqliteStore {
 }
 
 /// Drops the state of a session idle past its TTL, keeping its counters.
+///
+/// The emptied state gets a new version (one higher), never the one it had:
+/// a caller that cached that version's payload (`BeginRequest::cached_version`)
+/// would otherwise be told to use it, with "you hold this version" and "this
+/// version, emptied" looking the same. The reset is not a turn: turnSeq and
+/// fence stay, no turn row is written, and versions still only grow. A state
+/// already empty (never committed, reset before, or committed empty without
+/// a workspace) is left alone: whoever cached it holds the empty state
+/// already, and a reset happens once per expiry. Redis with the ledger does
+/// the same (`redis_ledger.rs`, `recover`).
 async fn expire_if_due(
     tx: &mut sqlx::SqliteConnection,
     key: &SessionKey,
     now_ms: i64,
 ) -> StoreResult<()> {
     let expired = sqlx::query(
-        "UPDATE session_state SET payload = x'', workspace = NULL
+        "UPDATE session_state SET version = version + 1, payload = x'', workspace = NULL
          WHERE tenant = ? AND session = ? AND expires_at_ms <= ? AND (length(payload) > 0 OR workspace IS NOT NULL)",
     )
     .bind(key.tenant.as_str())

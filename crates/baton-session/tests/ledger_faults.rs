@@ -297,19 +297,30 @@ async fn a_session_back_after_its_state_ttl_keeps_counting() {
         store.session(&k).await.unwrap().is_none()
     })
     .await;
+    // Emptied under a new version (see RedisLedgerStore::recover); the
+    // turnSeqs go on from the ledger's.
     let (lease, state) = granted(&store, &begin).await;
     assert_eq!(
         (state.version, lease.turn_seq, state.payload.as_deref()),
-        (1, 2, Some(&b""[..]))
+        (2, 2, Some(&b""[..]))
     );
-    store
+    let outcome = store
         .commit(&CommitRequest {
             state_ttl: ttl,
             ..commit_req(&lease, "new", "r")
         })
         .await
         .unwrap();
+    assert_eq!(outcome, CommitOutcome::Committed { version: 3 });
     wait_for_ledger(store.ledger(), &k, 2).await;
+    let turns = store.ledger().turns(&k, 10).await.unwrap();
+    assert_eq!(
+        turns
+            .iter()
+            .map(|t| (t.turn_seq, t.version))
+            .collect::<Vec<_>>(),
+        [(2, 3), (1, 1)]
+    );
 }
 
 /// An uncontended turn on an existing session is two Redis round trips: a

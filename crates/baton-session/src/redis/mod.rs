@@ -399,17 +399,17 @@ impl RedisStore {
         }
     }
 
-    /// Writes `copy` back as the session's state unless the session has
-    /// state again. True when it restored.
+    /// Writes `copy` back as the session's state, with `turn_seq` as its
+    /// last turnSeq, unless the session has state again. True when it
+    /// restored.
     pub(crate) async fn restore(
         &self,
         known: &crate::ledger::LedgerSession,
         copy: &crate::ledger::DurableCopy,
+        turn_seq: u64,
         state_ttl: Duration,
     ) -> StoreResult<bool> {
         let keys = SessionKeys::new(&known.key);
-        // Version and turnSeq advance together, one per commit.
-        let turn_seq = known.last_turn_seq + copy.version.saturating_sub(known.last_version);
         let restored: i64 = self
             .scripts
             .restore

@@ -480,6 +480,79 @@ pub async fn state_expires_after_its_ttl<S: TurnStore>(store: S) {
     );
 }
 
+/// A caller that holds version L's payload and says so (`cached_version`)
+/// must not be told to keep using it once the state expired: the state it
+/// gets back is the empty one, under a version other than L. A backend that
+/// keeps a session's counters past its TTL (`keeps_counters`: with the
+/// ledger, SQLite) answers L + 1 and the next turnSeq: versions, fences and
+/// turnSeqs never go backwards. Redis alone keeps nothing and starts again.
+pub async fn a_cached_version_is_not_reused_after_the_state_expires<S: TurnStore>(
+    store: S,
+    keeps_counters: bool,
+) {
+    let a = replica(&store, "a").await;
+    let k = key("cache-ttl");
+    let ttl = Duration::from_millis(300);
+    let begin = BeginRequest {
+        state_ttl: ttl,
+        ..begin_req(&k, &a, None)
+    };
+    let (first, _) = granted(&store, &begin).await;
+    let cached = match store
+        .commit(&CommitRequest {
+            state_ttl: ttl,
+            ..commit_req(&first, "what the caller holds", "r")
+        })
+        .await
+        .unwrap()
+    {
+        CommitOutcome::Committed { version } => version,
+        other => panic!("commit failed: {other:?}"),
+    };
+    wait_until_async(Duration::from_secs(5), "the state to expire", || async {
+        store.session(&k).await.unwrap().is_none()
+    })
+    .await;
+    let with_cache = BeginRequest {
+        cached_version: Some(cached),
+        ..begin.clone()
+    };
+    let (lease, state) = granted(&store, &with_cache).await;
+    assert_eq!(
+        (state.payload.as_deref(), state.workspace.as_deref()),
+        (Some(&b""[..]), None),
+        "the caller must get the empty state, not keep its cached payload"
+    );
+    assert_ne!(
+        state.version, cached,
+        "the emptied state answers under the version the caller cached"
+    );
+    assert_eq!(lease.version, state.version);
+    if keeps_counters {
+        assert_eq!(
+            (state.version, lease.turn_seq),
+            (cached + 1, first.turn_seq + 1),
+            "a new version; the next turnSeq"
+        );
+        assert!(lease.fence > first.fence, "fences only grow");
+    } else {
+        assert_eq!((state.version, lease.turn_seq), (0, 1), "a new session");
+    }
+    // The turn continues from the reset state like any other.
+    assert_eq!(
+        store
+            .commit(&CommitRequest {
+                state_ttl: ttl,
+                ..commit_req(&lease, "after the reset", "r")
+            })
+            .await
+            .unwrap(),
+        CommitOutcome::Committed {
+            version: state.version + 1
+        }
+    );
+}
+
 /// A grant keeps the state alive for at least the lease, and a renewal for
 /// at least its extension: a long turn can commit on a session whose state
 /// TTL is shorter than the turn.

@@ -7,7 +7,7 @@ mod cases;
 mod ledgered;
 
 macro_rules! contract_suite {
-    ($backend:ident, $make:path, $window:expr) => {
+    ($backend:ident, $make:path, $window:expr, keeps_counters: $keeps:expr) => {
         mod $backend {
             use super::cases;
 
@@ -50,6 +50,12 @@ macro_rules! contract_suite {
                 let (_server, store) = $make().await;
                 cases::results_older_than_the_window_are_stale(store, $window).await;
             }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_cached_version_is_not_reused_after_the_state_expires() {
+                let (_server, store) = $make().await;
+                cases::a_cached_version_is_not_reused_after_the_state_expires(store, $keeps).await;
+            }
         }
     };
 }
@@ -65,7 +71,8 @@ async fn redis_store() -> (baton_testkit::RedisServer, baton_session::redis::Red
 contract_suite!(
     redis,
     crate::redis_store,
-    baton_session::redis::RESULTS_RETAINED
+    baton_session::redis::RESULTS_RETAINED,
+    keeps_counters: false
 );
 
 async fn sqlite_store() -> (tempfile::TempDir, baton_session::sqlite::SqliteStore) {
@@ -79,13 +86,15 @@ async fn sqlite_store() -> (tempfile::TempDir, baton_session::sqlite::SqliteStor
 contract_suite!(
     sqlite,
     crate::sqlite_store,
-    baton_session::sqlite::RESULTS_RETAINED
+    baton_session::sqlite::RESULTS_RETAINED,
+    keeps_counters: true
 );
 
 contract_suite!(
     redis_ledger,
     crate::ledgered::store,
-    baton_session::redis::RESULTS_RETAINED
+    baton_session::redis::RESULTS_RETAINED,
+    keeps_counters: true
 );
 
 macro_rules! catalog_suite {
