@@ -16,7 +16,11 @@
 //! 4 KiB state: begin, then commit the state back.
 //! - baton: `begin.lua` + `commit.lua`, two round trips;
 //! - naive: SET NX (lease), HGET version, HGET payload, Lua CAS, GET (owner
-//!   check), DEL (release): six round trips, as in the source article.
+//!   check), DEL (release): six round trips, as in the source article;
+//! - C client: the same commands (PINGs, baton, naive) sent by a small C
+//!   program on hiredis (`benches/c_reference/reference.c`, built for the
+//!   run when `cc` and libhiredis-dev are there), at one client: the
+//!   reference the Rust client is compared with in the same run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,10 +121,19 @@ async fn naive_turn(
 
 type TurnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-/// A named way to run one turn for client number `n`.
+/// How a case runs its turns.
+enum Runner {
+    /// In this process: one turn for client number `n`.
+    Turn(Arc<dyn Fn(usize) -> TurnFuture + Send + Sync>),
+    /// The C reference client (`benches/c_reference/reference.c`), one
+    /// process per client and slice, in one of its modes.
+    C(Arc<CReference>, &'static str),
+}
+
+/// A named way to run turns.
 struct Case {
     name: &'static str,
-    turn: Arc<dyn Fn(usize) -> TurnFuture + Send + Sync>,
+    runner: Runner,
 }
 
 impl Case {
@@ -131,8 +144,69 @@ impl Case {
     {
         Self {
             name,
-            turn: Arc::new(move |n| Box::pin(turn(n))),
+            runner: Runner::Turn(Arc::new(move |n| Box::pin(turn(n)))),
         }
+    }
+}
+
+/// The C client, built from source for this run with the machine's `cc`
+/// and hiredis (`apt-get install libhiredis-dev`), so the Rust client's own
+/// cost shows as a difference within one run: the C-client figures
+/// were taken on another day, and this machine's round trips vary by 4x
+/// from day to day.
+struct CReference {
+    binary: std::path::PathBuf,
+    port: u16,
+    begin_lua: std::path::PathBuf,
+    commit_lua: std::path::PathBuf,
+}
+
+impl CReference {
+    fn build(dir: &std::path::Path, port: u16) -> Result<Self, String> {
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let binary = dir.join("c-reference");
+        let built = std::process::Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&binary)
+            .arg(here.join("benches/c_reference/reference.c"))
+            .arg("-lhiredis")
+            .output()
+            .map_err(|e| format!("cc: {e}"))?;
+        if !built.status.success() {
+            return Err(String::from_utf8_lossy(&built.stderr).into_owned());
+        }
+        Ok(Self {
+            binary,
+            port,
+            begin_lua: here.join("src/redis/begin.lua"),
+            commit_lua: here.join("src/redis/commit.lua"),
+        })
+    }
+
+    /// Runs `mode` for `slice` as client `client`; returns the elapsed time
+    /// it reports and every turn's latency.
+    async fn run(&self, mode: &str, slice: Duration, client: usize) -> (Duration, Vec<Duration>) {
+        let out = tokio::process::Command::new(&self.binary)
+            .arg(self.port.to_string())
+            .arg(mode)
+            .arg(slice.as_millis().to_string())
+            .arg(&self.begin_lua)
+            .arg(&self.commit_lua)
+            .arg(client.to_string())
+            .output()
+            .await
+            .expect("C reference client");
+        assert!(
+            out.status.success(),
+            "C reference client failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut lines = std::str::from_utf8(&out.stdout)
+            .expect("C reference output")
+            .lines()
+            .map(|l| Duration::from_nanos(l.parse().expect("nanoseconds")));
+        let elapsed = lines.next().expect("elapsed line");
+        (elapsed, lines.collect())
     }
 }
 
@@ -149,7 +223,7 @@ impl Figures {
     }
 }
 
-/// Runs every case for `duration` in all, as `slices` alternating slices of
+/// Runs every case for `duration` (each), as `slices` alternating slices of
 /// `clients` concurrent loops each; every latency is kept.
 async fn measure(cases: &[Case], clients: usize, duration: Duration, slices: u32) -> Vec<Figures> {
     let slice = duration / slices;
@@ -159,23 +233,40 @@ async fn measure(cases: &[Case], clients: usize, duration: Duration, slices: u32
             let started = Instant::now();
             let deadline = started + slice;
             let loops: Vec<_> = (0..clients)
-                .map(|client| {
-                    let turn = case.turn.clone();
-                    tokio::spawn(async move {
-                        let mut latencies = Vec::new();
-                        while Instant::now() < deadline {
-                            let t = Instant::now();
-                            turn(client).await;
-                            latencies.push(t.elapsed());
-                        }
-                        latencies
-                    })
+                .map(|client| match &case.runner {
+                    Runner::Turn(turn) => {
+                        let turn = turn.clone();
+                        tokio::spawn(async move {
+                            let mut latencies = Vec::new();
+                            while Instant::now() < deadline {
+                                let t = Instant::now();
+                                turn(client).await;
+                                latencies.push(t.elapsed());
+                            }
+                            (None, latencies)
+                        })
+                    }
+                    Runner::C(reference, mode) => {
+                        let (reference, mode) = (reference.clone(), *mode);
+                        tokio::spawn(async move {
+                            let (elapsed, latencies) = reference.run(mode, slice, client).await;
+                            (Some(elapsed), latencies)
+                        })
+                    }
                 })
                 .collect();
+            let mut reported = Duration::ZERO;
             for one in loops {
-                figures.latencies.extend(one.await.unwrap());
+                let (elapsed, latencies) = one.await.unwrap();
+                reported = reported.max(elapsed.unwrap_or_default());
+                figures.latencies.extend(latencies);
             }
-            figures.elapsed += started.elapsed();
+            // A C process's own clock leaves out its start-up.
+            figures.elapsed += if reported.is_zero() {
+                started.elapsed()
+            } else {
+                reported
+            };
         }
     }
     for f in &mut figures {
@@ -184,17 +275,20 @@ async fn measure(cases: &[Case], clients: usize, duration: Duration, slices: u32
     figures
 }
 
-fn row(name: &str, clients: usize, f: &Figures, versus: Option<&Figures>) {
-    let ratio = versus
-        .map(|base| {
-            format!(
-                "{:.2}×",
-                base.at(0.5).as_secs_f64() / f.at(0.5).as_secs_f64()
-            )
-        })
-        .unwrap_or_default();
+/// `base`'s p50 divided by `f`'s, as a table cell.
+fn p50_ratio(base: Option<&Figures>, f: Option<&Figures>) -> String {
+    match (base, f) {
+        (Some(base), Some(f)) => format!(
+            "{:.2}×",
+            base.at(0.5).as_secs_f64() / f.at(0.5).as_secs_f64()
+        ),
+        _ => String::new(),
+    }
+}
+
+fn row(name: &str, clients: usize, f: &Figures, versus_naive: String, versus_c: String) {
     println!(
-        "| {name} | {clients} | {:.0} | {:.0} | {:.0} | {ratio} |",
+        "| {name} | {clients} | {:.0} | {:.0} | {:.0} | {versus_naive} | {versus_c} |",
         f.latencies.len() as f64 / f.elapsed.as_secs_f64(),
         f.at(0.5).as_secs_f64() * 1e6,
         f.at(0.99).as_secs_f64() * 1e6
@@ -202,7 +296,21 @@ fn row(name: &str, clients: usize, f: &Figures, versus: Option<&Figures>) {
 }
 
 const BASELINE: &str = "baseline: 2 × PING";
+const BATON: &str = "baton 2-RTT";
 const NAIVE: &str = "naive 6-RTT";
+const C_BASELINE: &str = "C client: 2 × PING";
+const C_BATON: &str = "C client: baton 2-RTT";
+const C_NAIVE: &str = "C client: naive 6-RTT";
+
+/// The C client's case for the same commands as a Rust case.
+fn c_counterpart(name: &str) -> Option<&'static str> {
+    match name {
+        BASELINE => Some(C_BASELINE),
+        BATON => Some(C_BATON),
+        NAIVE => Some(C_NAIVE),
+        _ => None,
+    }
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -243,8 +351,17 @@ async fn main() {
         redis_server.url()
     );
     println!();
-    println!("| protocol | clients | turns/s | p50 µs | p99 µs | naive p50 ÷ this p50 |");
-    println!("|---|---|---|---|---|---|");
+    let c_reference = match CReference::build(dir.path(), redis_server.port) {
+        Ok(reference) => Some(Arc::new(reference)),
+        Err(why) => {
+            println!("(no C reference client: {why})");
+            None
+        }
+    };
+    println!(
+        "| protocol | clients | turns/s | p50 µs | p99 µs | naive p50 ÷ this p50 | this p50 ÷ the C client's |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     // `BATON_BENCH_CLIENTS=1` runs only that concurrency.
     let concurrencies: Vec<usize> = std::env::var("BATON_BENCH_CLIENTS")
         .ok()
@@ -260,7 +377,7 @@ async fn main() {
             }
         });
         let (store, state_b, r) = (baton.clone(), state.clone(), replica.clone());
-        let cold = Case::new("baton 2-RTT", move |c| {
+        let cold = Case::new(BATON, move |c| {
             let (store, state, r) = (store.clone(), state_b.clone(), r.clone());
             async move {
                 let key = SessionKey::new("bench", &format!("baton-{c}")).unwrap();
@@ -287,18 +404,39 @@ async fn main() {
             let (mut conn, cas, state) = (conn.clone(), cas_n.clone(), state_n.clone());
             async move { naive_turn(&mut conn, &cas, &format!("naive-{c}"), "bench", &state).await }
         });
-        let cases: Vec<Case> = [baseline, cold, warm, naive_case]
-            .into_iter()
-            .filter(|case| case.name.contains(&only))
-            .collect();
-        let figures = measure(&cases, clients, duration * cases.len() as u32, 20).await;
-        let naive_figures = cases
-            .iter()
-            .position(|case| case.name == NAIVE)
-            .map(|i| &figures[i]);
+        let mut cases = vec![baseline, cold, warm, naive_case];
+        // The C client runs one blocking connection per process: it is the
+        // reference for one client's latency.
+        if let Some(reference) = c_reference.as_ref().filter(|_| clients == 1) {
+            for (name, mode) in [(C_BASELINE, "ping"), (C_BATON, "baton"), (C_NAIVE, "naive")] {
+                cases.push(Case {
+                    name,
+                    runner: Runner::C(reference.clone(), mode),
+                });
+            }
+        }
+        cases.retain(|case| case.name.contains(&only));
+        let figures = measure(&cases, clients, duration, 20).await;
+        let by_name = |name: &str| {
+            cases
+                .iter()
+                .position(|case| case.name == name)
+                .map(|i| &figures[i])
+        };
         for (case, f) in cases.iter().zip(&figures) {
-            let versus = naive_figures.filter(|_| case.name != NAIVE && case.name != BASELINE);
-            row(case.name, clients, f, versus);
+            let naive = match case.name {
+                NAIVE | BASELINE | C_NAIVE | C_BASELINE => None,
+                name if name.starts_with("C client") => by_name(C_NAIVE),
+                _ => by_name(NAIVE),
+            };
+            let versus_c = c_counterpart(case.name).and_then(by_name);
+            row(
+                case.name,
+                clients,
+                f,
+                p50_ratio(naive, Some(f)),
+                p50_ratio(Some(f), versus_c),
+            );
         }
 
         let (store, state_s, r) = (sqlite.clone(), state.clone(), replica.clone());
@@ -328,7 +466,13 @@ async fn main() {
         }
         if embedded.name.contains(&only) {
             let figures = measure(std::slice::from_ref(&embedded), clients, duration, 1).await;
-            row(embedded.name, clients, &figures[0], None);
+            row(
+                embedded.name,
+                clients,
+                &figures[0],
+                String::new(),
+                String::new(),
+            );
         }
     }
 }
