@@ -93,7 +93,7 @@ async fn redis_refuses_a_version_whose_payload_is_gone() {
 /// The normal flow never leaves a state without its payload: the two keys
 /// expire at the same instant, whoever set their TTLs last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_state_and_payload_expire_together() {
+async fn redis_payload_never_expires_before_its_state() {
     let redis = RedisServer::start();
     let store = RedisStore::connect(&redis.url()).await.unwrap();
     let a = replica(&store, "a").await;
@@ -130,7 +130,12 @@ async fn redis_state_and_payload_expire_together() {
     store.commit(&commit).await.unwrap();
     let (committed, payload) = expiries().await;
     assert!(committed > 0, "the state has a TTL");
-    assert_eq!(committed, payload, "after a commit");
+    // The staged payload carries the state TTL plus a minute; RENAME keeps
+    // it, so the commit needs no PEXPIRE of its own.
+    assert!(
+        (committed..=committed + 61_000).contains(&payload),
+        "after a commit the payload outlives its state, by at most a minute: {payload} vs {committed}"
+    );
 
     // The next grant's lease outlasts the state: it extends both.
     let (lease, _) = granted(&store, &begin).await;
@@ -141,6 +146,19 @@ async fn redis_state_and_payload_expire_together() {
     let (renewed, payload) = expiries().await;
     assert!(renewed > state, "a renewal past the state's end extends it");
     assert_eq!(renewed, payload, "after a renewal that extended them");
+
+    // A state TTL longer than the staging margin: the payload still
+    // outlives the state.
+    let commit = CommitRequest {
+        state_ttl: cases::DAY,
+        ..commit_req(&lease, "t2", "r")
+    };
+    store.commit(&commit).await.unwrap();
+    let (state, payload) = expiries().await;
+    assert!(
+        (state..=state + 61_000).contains(&payload),
+        "a day's state TTL: payload {payload} vs state {state}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

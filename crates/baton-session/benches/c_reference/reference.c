@@ -4,7 +4,7 @@
  * plain blocking loop, so that the Rust client's cost is a measured
  * difference in one run instead of a figure from another day.
  *
- *   reference <port> <mode> <millis> <begin.lua> <commit.lua> <client>
+ *   reference <port> <mode> <millis | N"t"> <begin.lua> <commit.lua> <client>
  *
  * mode: ping  (two PINGs, the floor of two round trips)
  *       baton (begin.lua + GET payload, then PSETEX staged + commit.lua:
@@ -12,7 +12,8 @@
  *              it writes)
  *       naive (SET NX, HGET, HGET, Lua CAS, GET, DEL: the article's turn)
  *
- * Runs whole turns for <millis> on one connection, then prints the elapsed
+ * Runs whole turns for <millis> (or exactly N turns, for instruction counts
+ * under valgrind) on one connection, then prints the elapsed
  * nanoseconds on the first line and one turn's latency (ns) per line.
  * Any unexpected reply aborts with a message: a reference that silently
  * did less work would flatter itself.
@@ -122,15 +123,16 @@ static void baton_turn(redisContext *c, const struct session *s, const char *beg
     /* Round trip 2: stage the payload, commit.lua with what
      * RedisStore::commit computes (versions, the idempotency record, a turn
      * record of the same shape and size, times). */
-    char staged[128], fence_s[24], expected[24], new_version[24], result[32], seq_s[24],
-        now_s[24], record[640];
+    char staged[128], fence_s[24], expected[24], new_version[24], result[48], seq_s[24],
+        slot[24], now_s[24], record[640];
     long long now = wall_ms();
     snprintf(staged, sizeof staged, "%s%lld", s->staged_prefix, fence);
     snprintf(fence_s, sizeof fence_s, "%lld", fence);
     snprintf(expected, sizeof expected, "%lld", version);
     snprintf(new_version, sizeof new_version, "%lld", version + 1);
-    snprintf(result, sizeof result, "%lld\nok", version + 1);
+    snprintf(result, sizeof result, "%lld\n%lld\nok", seq, version + 1);
     snprintf(seq_s, sizeof seq_s, "%lld", seq);
+    snprintf(slot, sizeof slot, "r%lld", seq % 1024);
     snprintf(now_s, sizeof now_s, "%lld", now);
     snprintf(record, sizeof record,
              "{\"tenant\":\"bench\",\"session\":\"c-ref\",\"turn_seq\":%lld,\"version\":%lld,"
@@ -139,14 +141,14 @@ static void baton_turn(redisContext *c, const struct session *s, const char *beg
              "\"workspace\":null,\"started_at_ms\":0,\"committed_at_ms\":%lld}",
              seq, version + 1, s->owner, fence, now);
     size_t lens[16];
-    const char *psetex[] = {"PSETEX", staged, "60000", state};
+    const char *psetex[] = {"PSETEX", staged, "3660000", state};
     for (int i = 0; i < 3; i++) lens[i] = strlen(psetex[i]);
     lens[3] = STATE_BYTES;
     redisAppendCommandArgv(c, 4, psetex, lens);
     const char *commit[] = {"EVALSHA", commit_sha, "4", s->state, s->log, s->payload, staged,
-                            fence_s, expected, new_version, "", result, "3600000", record, "",
-                            now_s, seq_s, "604800000"};
-    append(c, 18, commit);
+                            fence_s, expected, new_version, "", result, "3600000", record, slot,
+                            now_s, seq_s, "604800000", seq % 64 == 0 ? "refresh" : ""};
+    append(c, 19, commit);
     redisReply *ok = next(c);
     redisReply *committed = next(c);
     if (ok->type != REDIS_REPLY_STATUS) die("PSETEX", ok);
@@ -182,7 +184,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *mode = argv[2];
-    long long until = now_ns() + atoll(argv[3]) * 1000000LL;
+    size_t limit = argv[3][strlen(argv[3]) - 1] == 't' ? (size_t)atoll(argv[3]) : (size_t)-1;
+    long long until = limit != (size_t)-1 ? (1LL << 62) : now_ns() + atoll(argv[3]) * 1000000LL;
     redisContext *c = redisConnect("127.0.0.1", atoi(argv[1]));
     if (c == NULL || c->err) { fprintf(stderr, "reference: connect failed\n"); return 1; }
 
@@ -208,7 +211,7 @@ int main(int argc, char **argv) {
     size_t cap = 1 << 16, n = 0;
     long long *latencies = malloc(cap * sizeof *latencies);
     long long started = now_ns(), t = started;
-    while (t < until) {
+    while (t < until && n < limit) {
         if (strcmp(mode, "ping") == 0) ping_turn(c);
         else if (strcmp(mode, "baton") == 0) baton_turn(c, &s, begin_sha, commit_sha, state);
         else if (strcmp(mode, "naive") == 0) naive_turn(c, &s, cas_sha, state);

@@ -11,12 +11,17 @@
 --                                               holder, expiry (ms, Redis
 --                                               clock), its turnSeq; its
 --                                               fence is `fence`
---   r<turnSeq>                                  "<version>\n<reply>"
+--   r<turnSeq mod RESULTS_RETAINED>             "<turnSeq>\n<version>\n<reply>":
+--                                               a ring of idempotency records;
+--                                               a commit overwrites the slot of
+--                                               the turn leaving the window, so
+--                                               none is ever deleted
 -- The payload is not read here: it lives in its own key, which the caller
 -- GETs in the same pipeline (same round trip). Bulk data through Lua costs
 -- more than the rest of the script; while the grant holds, nobody else can
 -- commit, so what the GET reads is the granted version's payload.
--- ARGV: 1 replica, 2 turnSeq or "", 3 (unused), 4 lease TTL ms,
+-- ARGV: 1 replica, 2 turnSeq or "", 3 that turnSeq's record slot or "",
+--       4 lease TTL ms,
 --       5 state TTL ms (at least the lease TTL), 6 dead owner or "",
 --       7 dead owner's fence or "", 8 "create" to start a session that has
 --       no state, "report" to answer MISSING instead (the caller then asks
@@ -28,7 +33,7 @@
 local function int(n) return string.format('%d', n) end
 local state = KEYS[1]
 
-local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', 'r' .. ARGV[2], 'exp')
+local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', ARGV[3], 'exp')
 -- Counters that are present but not numbers mean corrupt data: refuse, never
 -- read them as 0 and overwrite.
 local version, fence, last = tonumber(s[1] or 0), tonumber(s[2] or 0), tonumber(s[3] or 0)
@@ -40,7 +45,9 @@ if not s[2] and ARGV[8] ~= 'create' then return {'MISSING'} end
 
 local seq = tonumber(ARGV[2])
 if seq and seq <= last then
-  if s[7] then return {'DUPLICATE', s[7]} end
+  -- The slot may hold a later turn's record: the caller checks the turnSeq
+  -- in it and answers STALE when it is not this one.
+  if s[7] then return {'DUPLICATE', s[7], last} end
   return {'STALE', last}
 end
 

@@ -2,12 +2,20 @@
 -- Commit a turn in one round trip.
 -- KEYS: 1 state (hash, see begin.lua), 2 log (list of turn records),
 --       3 payload, 4 staged payload (PSETEX by the caller in the same
---       pipeline, so the bulk data never passes through Lua)
+--       pipeline, so the bulk data never passes through Lua; its TTL
+--       outlasts the state's, and RENAME keeps it, so the payload never
+--       expires before its state and needs no PEXPIRE here)
 -- ARGV: 1 fence, 2 expected version, 3 new version, 4 workspace ref or "",
---       5 idempotency record ("<version>\n<reply>"), 6 state TTL ms,
---       7 turn record (JSON), 8 turnSeq whose record leaves the retention
---       window or "", 9 commit time (ms), 10 turnSeq, 11 log TTL ms (longer
---       than the state's: unshipped records must outlive a Postgres outage)
+--       5 idempotency record ("<turnSeq>\n<version>\n<reply>"), 6 state
+--       TTL ms, 7 turn record (JSON), 8 the record's ring slot
+--       (r<turnSeq mod RESULTS_RETAINED>), 9 commit time (ms), 10 turnSeq,
+--       11 log TTL ms (longer than the state's: unshipped records must
+--       outlive a Postgres outage), 12 "refresh" to set the log's TTL even
+--       if the log exists (the caller asks every few turns), or ""
+-- Each redis.call costs a few microseconds of Lua glue, more than most
+-- commands themselves, so the script makes as few as it can: the lease is
+-- released by the HSET (an `until` of 0 is an expired lease to every
+-- script), records are overwritten in their ring slot rather than deleted.
 -- The caller computes every value it can (new version, records, times), so
 -- the script only checks, moves and writes: Lua string work is expensive.
 -- Numbers are written as decimal integers with string.format('%d'): Redis
@@ -39,13 +47,11 @@ local moved = redis.pcall('RENAME', staged, payload)
 if type(moved) == 'table' and moved.err then return {'NOT_STAGED'} end
 
 redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'replica', s[3],
-  'updated', ARGV[9], 'r' .. ARGV[10], ARGV[5], 'exp', int(now_ms + tonumber(ARGV[6])))
--- Release the lease and drop the record that left the retention window.
-redis.call('HDEL', state, 'owner', 'until', 'lseq', 'r' .. ARGV[8])
-redis.call('RPUSH', log, ARGV[7])
--- The state and its payload expire at the same instant (time stands still
--- inside a script): a state without its payload reads as corrupt.
+  'updated', ARGV[9], ARGV[8], ARGV[5], 'exp', int(now_ms + tonumber(ARGV[6])), 'until', '0')
 redis.call('PEXPIRE', state, ARGV[6])
-redis.call('PEXPIRE', payload, ARGV[6])
-redis.call('PEXPIRE', log, ARGV[11])
+-- A new log gets its TTL; an existing one only every few turns, so a log
+-- that never empties (a busy session) still has its TTL moved on.
+if redis.call('RPUSH', log, ARGV[7]) == 1 or ARGV[12] ~= '' then
+  redis.call('PEXPIRE', log, ARGV[11])
+end
 return {'COMMITTED', tonumber(ARGV[3])}

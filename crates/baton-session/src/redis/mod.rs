@@ -66,8 +66,22 @@ impl SessionKeys {
     }
 }
 
-/// How long a staged payload outlives a commit that never ran.
+/// How much longer than the state a staged payload lives. The commit renames
+/// it into place with its TTL, so the payload always outlives its state (by
+/// at most this); a payload whose commit never ran lives the state TTL plus
+/// this.
 const STAGED_TTL_MS: u64 = 60_000;
+
+/// The state hash's field that holds `turn_seq`'s idempotency record: a
+/// ring of RESULTS_RETAINED slots, so a commit overwrites the record that
+/// leaves the window instead of deleting it (one `redis.call` fewer).
+fn record_slot(turn_seq: u64) -> String {
+    format!("r{}", turn_seq % RESULTS_RETAINED)
+}
+
+/// A commit refreshes its session log's TTL when it creates the log, and on
+/// every this-many turnSeqs otherwise (a log that never empties).
+const LOG_TTL_REFRESH_EVERY: u64 = 64;
 
 /// `HMGET state version ws`.
 type VersionAndWorkspace = (Option<String>, Option<String>);
@@ -197,20 +211,28 @@ impl Reply {
 }
 
 /// A stored result is `"<version>\n<reply>"`.
-fn parse_result(turn_seq: u64, stored: &[u8]) -> StoreResult<TurnResult> {
-    let split = stored
-        .iter()
-        .position(|b| *b == b'\n')
-        .ok_or_else(|| corrupt("result without version"))?;
-    let version = std::str::from_utf8(&stored[..split])
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| corrupt("result version"))?;
-    Ok(TurnResult {
+/// Reads an idempotency record, `"<turnSeq>\n<version>\n<reply>"`; `None`
+/// when its ring slot holds another turn's record (`turn_seq` left the
+/// window).
+fn parse_result(turn_seq: u64, stored: &[u8]) -> StoreResult<Option<TurnResult>> {
+    let mut parts = stored.splitn(3, |b| *b == b'\n');
+    let mut number = |what: &str| {
+        parts
+            .next()
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(|| corrupt(format!("idempotency record: {what}")))
+    };
+    let stored_seq = number("turnSeq")?;
+    let version = number("version")?;
+    let reply = parts
+        .next()
+        .ok_or_else(|| corrupt("idempotency record without a reply"))?;
+    Ok((stored_seq == turn_seq).then(|| TurnResult {
         turn_seq,
         version,
-        reply: Bytes::copy_from_slice(&stored[split + 1..]),
-    })
+        reply: Bytes::copy_from_slice(reply),
+    }))
 }
 
 impl RedisStore {
@@ -243,11 +265,7 @@ impl RedisStore {
             .key(&keys.payload)
             .arg(req.replica.as_str())
             .arg(req.turn_seq.map(|s| s.to_string()).unwrap_or_default())
-            .arg(
-                req.cached_version
-                    .map(|v| v.to_string())
-                    .unwrap_or_default(),
-            )
+            .arg(req.turn_seq.map(record_slot).unwrap_or_default())
             .arg(millis(req.lease_ttl))
             // The state must outlive the lease, whatever the settings.
             .arg(millis(req.state_ttl.max(req.lease_ttl)))
@@ -334,7 +352,12 @@ impl RedisStore {
                 let turn_seq = req
                     .turn_seq
                     .ok_or_else(|| corrupt("duplicate without turnSeq"))?;
-                Ok(BeginOutcome::Duplicate(parse_result(turn_seq, &stored)?))
+                match parse_result(turn_seq, &stored)? {
+                    Some(result) => Ok(BeginOutcome::Duplicate(result)),
+                    None => Ok(BeginOutcome::Stale {
+                        last_turn_seq: reply.num(2)?,
+                    }),
+                }
             }
             "STALE" => Ok(BeginOutcome::Stale {
                 last_turn_seq: reply.num(1)?,
@@ -615,9 +638,8 @@ impl TurnStore for RedisStore {
             .map_err(|e| corrupt(format!("turn record: {e}")))?;
         let new_version = req.expected_version + 1;
         let turn_seq = req.lease.turn_seq;
-        let mut result = format!("{new_version}\n").into_bytes();
+        let mut result = format!("{turn_seq}\n{new_version}\n").into_bytes();
         result.extend_from_slice(&req.reply);
-        let leaving_window = turn_seq.checked_sub(RESULTS_RETAINED).filter(|s| *s > 0);
         let mut invocation = self.scripts.commit.prepare_invoke();
         let staged = keys.staged(req.lease.fence);
         invocation
@@ -632,17 +654,26 @@ impl TurnStore for RedisStore {
             .arg(result)
             .arg(millis(req.state_ttl))
             .arg(record)
-            .arg(leaving_window.map(|s| s.to_string()).unwrap_or_default())
+            .arg(record_slot(turn_seq))
             .arg(now_ms.to_string())
             .arg(turn_seq.to_string())
-            .arg(millis(req.state_ttl).max(LOG_TTL_MS));
+            .arg(millis(req.state_ttl).max(LOG_TTL_MS))
+            .arg(if turn_seq % LOG_TTL_REFRESH_EVERY == 0 {
+                "refresh"
+            } else {
+                ""
+            });
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua. A failed commit
         // deletes it; one whose script never ran leaves it for a minute.
         let ((), reply): ((), Vec<Value>) = self
             .with_script(&self.scripts.commit, |pipe| {
-                pipe.pset_ex(&staged, req.payload.as_ref(), STAGED_TTL_MS)
-                    .invoke_script(&invocation);
+                pipe.pset_ex(
+                    &staged,
+                    req.payload.as_ref(),
+                    millis(req.state_ttl).saturating_add(STAGED_TTL_MS),
+                )
+                .invoke_script(&invocation);
             })
             .await?;
         let reply = Reply(reply);
