@@ -658,7 +658,7 @@ impl TurnStore for RedisStore {
             .arg(now_ms.to_string())
             .arg(turn_seq.to_string())
             .arg(millis(req.state_ttl).max(LOG_TTL_MS))
-            .arg(if turn_seq % LOG_TTL_REFRESH_EVERY == 0 {
+            .arg(if turn_seq.is_multiple_of(LOG_TTL_REFRESH_EVERY) {
                 "refresh"
             } else {
                 ""
