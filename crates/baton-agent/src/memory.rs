@@ -32,11 +32,7 @@ pub fn chain(previous: &str, input: &str) -> String {
     hasher.update(previous.as_bytes());
     hasher.update(b"\n");
     hasher.update(input.as_bytes());
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", hasher.finalize())
 }
 
 /// What one turn produces.

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Postgres, QueryBuilder};
 
 use crate::ids::SessionKey;
 use crate::model::{ListQuery, SessionPage, TurnRecord};
@@ -54,9 +53,21 @@ fn db_error(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(format!("ledger: {e}"))
 }
 
-/// Turn rows per INSERT statement: 11 parameters each stays far below
-/// Postgres' 65,535 bind parameters.
-const ROWS_PER_INSERT: usize = 2_000;
+/// The `sessions` rows of one `record_many`, column by column (UNNEST).
+#[derive(Default)]
+struct SessionColumns<'a> {
+    tenant: Vec<&'a str>,
+    session: Vec<&'a str>,
+    last_version: Vec<i64>,
+    last_turn_seq: Vec<i64>,
+    last_fence: Vec<i64>,
+    last_replica: Vec<&'a str>,
+    last_turn_at_ms: Vec<i64>,
+    turn_count: Vec<i64>,
+    state_version: Vec<Option<i64>>,
+    state_payload: Vec<Option<&'a [u8]>>,
+    state_workspace: Vec<Option<&'a str>>,
+}
 
 fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -98,45 +109,57 @@ impl PostgresLedger {
             return Ok(());
         }
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        // Rows actually inserted per session, for turn_count.
-        let mut inserted: HashMap<(String, String), u64> = HashMap::new();
+        // One statement per table whatever the batch size: each column goes
+        // in as one array parameter and UNNEST turns them back into rows.
+        // (A bind parameter per value cost the sidecar ~20k instructions
+        // per shipped turn.)
         let rows: Vec<(&SessionKey, &TurnRecord)> = batches
             .iter()
             .flat_map(|b| b.records.iter().map(move |r| (&b.key, r)))
             .collect();
-        for chunk in rows.chunks(ROWS_PER_INSERT) {
-            let mut insert = QueryBuilder::<Postgres>::new(
-                "INSERT INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest, reply_digest,
-                 workspace, started_at_ms, committed_at_ms) ",
-            );
-            insert.push_values(chunk, |mut row, (key, r)| {
-                row.push_bind(key.tenant.as_str())
-                    .push_bind(key.session.as_str())
-                    .push_bind(int(r.turn_seq))
-                    .push_bind(int(r.version))
-                    .push_bind(r.replica.as_str())
-                    .push_bind(int(r.fence))
-                    .push_bind(r.input_digest.as_str())
-                    .push_bind(r.reply_digest.as_str())
-                    .push_bind(r.workspace.as_deref())
-                    .push_bind(int(r.started_at_ms))
-                    .push_bind(int(r.committed_at_ms));
-            });
-            insert.push(
-                " ON CONFLICT (tenant, session, turn_seq) DO NOTHING RETURNING tenant, session",
-            );
-            let done = insert.build().fetch_all(&mut *tx).await.map_err(db_error)?;
-            for row in done {
-                *inserted
-                    .entry((col(&row, "tenant")?, col(&row, "session")?))
-                    .or_default() += 1;
-            }
+        let texts = |f: for<'r> fn(&'r SessionKey, &'r TurnRecord) -> &'r str| -> Vec<&str> {
+            rows.iter().map(|(k, r)| f(k, r)).collect()
+        };
+        let ints = |f: fn(&TurnRecord) -> u64| -> Vec<i64> {
+            rows.iter().map(|(_, r)| int(f(r))).collect()
+        };
+        let done = sqlx::query(
+            "INSERT INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest,
+               reply_digest, workspace, started_at_ms, committed_at_ms)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[],
+               $6::int8[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[])
+             ON CONFLICT (tenant, session, turn_seq) DO NOTHING RETURNING tenant, session",
+        )
+        .bind(texts(|k, _| k.tenant.as_str()))
+        .bind(texts(|k, _| k.session.as_str()))
+        .bind(ints(|r| r.turn_seq))
+        .bind(ints(|r| r.version))
+        .bind(texts(|_, r| r.replica.as_str()))
+        .bind(ints(|r| r.fence))
+        .bind(texts(|_, r| r.input_digest.as_str()))
+        .bind(texts(|_, r| r.reply_digest.as_str()))
+        .bind(
+            rows.iter()
+                .map(|(_, r)| r.workspace.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(ints(|r| r.started_at_ms))
+        .bind(ints(|r| r.committed_at_ms))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        // Rows actually inserted per session, for turn_count.
+        let mut inserted: HashMap<(String, String), i64> = HashMap::new();
+        for row in done {
+            *inserted
+                .entry((col(&row, "tenant")?, col(&row, "session")?))
+                .or_default() += 1;
         }
-        let mut upsert = QueryBuilder::<Postgres>::new(
-            "INSERT INTO sessions (tenant, session, last_version, last_turn_seq, last_fence, last_replica,
-               last_turn_at_ms, turn_count, state_version, state_payload, state_workspace) ",
-        );
-        upsert.push_values(&batches, |mut row, batch| {
+
+        // Per session: its last record, its highest fence, the turns this
+        // call inserted, and the durable copy when it is not older.
+        let mut sessions = SessionColumns::default();
+        for batch in &batches {
             // Not empty: filtered above.
             let last = batch
                 .records
@@ -144,29 +167,38 @@ impl PostgresLedger {
                 .max_by_key(|r| r.version)
                 .expect("a batch with records");
             let durable = batch.durable.as_ref().filter(|d| d.version >= last.version);
-            let count = inserted
-                .get(&(batch.key.tenant.to_string(), batch.key.session.to_string()))
-                .copied()
-                .unwrap_or(0);
-            row.push_bind(batch.key.tenant.as_str())
-                .push_bind(batch.key.session.as_str())
-                .push_bind(int(last.version))
-                .push_bind(int(last.turn_seq))
-                .push_bind(int(batch
-                    .records
-                    .iter()
-                    .map(|r| r.fence)
-                    .max()
-                    .unwrap_or(0)))
-                .push_bind(last.replica.as_str())
-                .push_bind(int(last.committed_at_ms))
-                .push_bind(int(count))
-                .push_bind(durable.map(|d| int(d.version)))
-                .push_bind(durable.map(|d| d.payload.to_vec()))
-                .push_bind(durable.and_then(|d| d.workspace.clone()));
-        });
-        upsert.push(
-            " ON CONFLICT (tenant, session) DO UPDATE SET
+            sessions.tenant.push(batch.key.tenant.as_str());
+            sessions.session.push(batch.key.session.as_str());
+            sessions.last_version.push(int(last.version));
+            sessions.last_turn_seq.push(int(last.turn_seq));
+            sessions.last_fence.push(int(batch
+                .records
+                .iter()
+                .map(|r| r.fence)
+                .max()
+                .unwrap_or(0)));
+            sessions.last_replica.push(last.replica.as_str());
+            sessions.last_turn_at_ms.push(int(last.committed_at_ms));
+            sessions.turn_count.push(
+                inserted
+                    .get(&(batch.key.tenant.to_string(), batch.key.session.to_string()))
+                    .copied()
+                    .unwrap_or(0),
+            );
+            sessions.state_version.push(durable.map(|d| int(d.version)));
+            sessions
+                .state_payload
+                .push(durable.map(|d| d.payload.as_ref()));
+            sessions
+                .state_workspace
+                .push(durable.and_then(|d| d.workspace.as_deref()));
+        }
+        sqlx::query(
+            "INSERT INTO sessions (tenant, session, last_version, last_turn_seq, last_fence, last_replica,
+               last_turn_at_ms, turn_count, state_version, state_payload, state_workspace)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::text[],
+               $7::int8[], $8::int8[], $9::int8[], $10::bytea[], $11::text[])
+             ON CONFLICT (tenant, session) DO UPDATE SET
                last_version    = GREATEST(sessions.last_version, EXCLUDED.last_version),
                last_turn_seq   = CASE WHEN EXCLUDED.last_version > sessions.last_version THEN EXCLUDED.last_turn_seq ELSE sessions.last_turn_seq END,
                last_fence      = GREATEST(sessions.last_fence, EXCLUDED.last_fence),
@@ -176,8 +208,21 @@ impl PostgresLedger {
                state_version   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_version ELSE sessions.state_version END,
                state_payload   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_payload ELSE sessions.state_payload END,
                state_workspace = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_workspace ELSE sessions.state_workspace END",
-        );
-        upsert.build().execute(&mut *tx).await.map_err(db_error)?;
+        )
+        .bind(sessions.tenant)
+        .bind(sessions.session)
+        .bind(sessions.last_version)
+        .bind(sessions.last_turn_seq)
+        .bind(sessions.last_fence)
+        .bind(sessions.last_replica)
+        .bind(sessions.last_turn_at_ms)
+        .bind(sessions.turn_count)
+        .bind(sessions.state_version)
+        .bind(sessions.state_payload)
+        .bind(sessions.state_workspace)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
         tx.commit().await.map_err(db_error)
     }
 

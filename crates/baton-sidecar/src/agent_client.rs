@@ -39,7 +39,12 @@ impl AgentClient {
             .ok()
             .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)));
         Self {
-            http: reqwest::Client::new(),
+            // The agent contract has no redirects; following none also keeps
+            // the redirect policy off every turn's profile.
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default(),
             url: reqwest::Url::parse(&format!("{}{TURN_PATH}", base_url.trim_end_matches('/')))
                 .map_err(|e| format!("agent URL {base_url:?}: {e}")),
             address,
