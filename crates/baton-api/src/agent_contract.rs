@@ -9,17 +9,20 @@ use serde::{Deserialize, Serialize};
 /// Path of the agent's turn endpoint.
 pub const TURN_PATH: &str = "/v1/turn";
 
-/// One turn, as the agent receives it.
+/// One turn, as the agent receives it. `S` is how the state is held: an
+/// agent reads it as a `serde_json::Value` (or its own type); the sidecar,
+/// which only passes it through, as raw JSON text (`&RawValue`), so a large
+/// state is never parsed into a tree and printed back on every turn.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TurnRequest {
+pub struct TurnRequest<S = serde_json::Value> {
     pub session: String,
     pub tenant: String,
     pub turn_seq: u64,
     pub input: String,
     /// The session state as the agent last returned it; `null` at first.
     #[serde(default)]
-    pub state: serde_json::Value,
+    pub state: S,
     /// The session's workspace, materialised before the call; what the
     /// agent leaves there is stored with the turn.
     pub workspace_dir: PathBuf,
@@ -28,7 +31,7 @@ pub struct TurnRequest {
 /// The agent's answer: the reply for the user and the new session state.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TurnResponse {
+pub struct TurnResponse<S = serde_json::Value> {
     pub reply: String,
-    pub state: serde_json::Value,
+    pub state: S,
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use baton_api::agent_contract::{TURN_PATH, TurnRequest, TurnResponse};
+use serde_json::value::RawValue;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentCallError {
@@ -65,7 +66,11 @@ impl AgentClient {
         )
     }
 
-    pub async fn turn(&self, req: &TurnRequest) -> Result<TurnResponse, AgentCallError> {
+    /// One agent call; the state goes out and comes back as raw JSON text.
+    pub async fn turn(
+        &self,
+        req: &TurnRequest<&RawValue>,
+    ) -> Result<TurnResponse<Box<RawValue>>, AgentCallError> {
         let url = self.url.clone().map_err(AgentCallError::Unreachable)?;
         let sent = self
             .http

@@ -526,9 +526,11 @@ impl<S: TurnStore + 'static> Engine<S> {
                     .manifest
             }
         };
+        // The state passes through as raw JSON text: checked to be JSON,
+        // never parsed into a tree (it can be large, and it is the agent's).
         let payload = state.payload.clone().unwrap_or_default();
-        let agent_state = if payload.is_empty() {
-            serde_json::Value::Null
+        let agent_state: &serde_json::value::RawValue = if payload.is_empty() {
+            serde_json::value::RawValue::NULL
         } else {
             serde_json::from_slice(&payload).map_err(|e| {
                 StoreError::Corrupt(format!("{}: stored state is not JSON: {e}", lease.key))
@@ -543,10 +545,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             workspace_dir: dir.clone(),
         };
         let response = self.agent.turn(&request).await.map_err(TurnError::Agent)?;
-        let new_payload = Bytes::from(
-            serde_json::to_vec(&response.state)
-                .map_err(|e| TurnError::BadAgentState(e.to_string()))?,
-        );
+        let new_payload = Bytes::from(String::from(Box::<str>::from(response.state)));
         if new_payload.len() > baton_session::MAX_PAYLOAD_BYTES {
             return Err(TurnError::BadAgentState(format!(
                 "it is {} bytes; the limit is {}",
