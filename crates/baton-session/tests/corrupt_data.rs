@@ -104,6 +104,7 @@ async fn redis_payload_never_expires_before_its_state() {
         .await
         .unwrap();
     let keys = baton_session::redis::SessionKeys::new(&k);
+    let mut log_conn = admin.clone();
     let mut expiries = async || -> (i64, i64) {
         let mut times = Vec::new();
         for key in [&keys.state, &keys.payload] {
@@ -135,6 +136,17 @@ async fn redis_payload_never_expires_before_its_state() {
     assert!(
         (committed..=committed + 61_000).contains(&payload),
         "after a commit the payload outlives its state, by at most a minute: {payload} vs {committed}"
+    );
+    // Every commit gives its session log (unshipped turn records) a week,
+    // whatever the state TTL: records must outlive a long Postgres outage.
+    let log_ttl: i64 = ::redis::cmd("PTTL")
+        .arg(&keys.log)
+        .query_async(&mut log_conn)
+        .await
+        .unwrap();
+    assert!(
+        log_ttl > 6 * 24 * 3600 * 1000,
+        "the log lives a week after a commit, not {log_ttl} ms"
     );
 
     // The next grant's lease outlasts the state: it extends both.

@@ -528,6 +528,10 @@ impl<S: TurnStore + 'static> Engine<S> {
         };
         // The state passes through as raw JSON text: checked to be JSON,
         // never parsed into a tree (it can be large, and it is the agent's).
+        // It is stored exactly as the agent wrote it, whatever its nesting
+        // depth or escapes: an agent must read back what it writes (an
+        // agent whose parser refuses its own output fails its next turns,
+        // and nothing it committed is lost).
         let payload = state.payload.clone().unwrap_or_default();
         let agent_state: &serde_json::value::RawValue = if payload.is_empty() {
             serde_json::value::RawValue::NULL

@@ -132,7 +132,7 @@ static void baton_turn(redisContext *c, const struct session *s, const char *beg
     snprintf(new_version, sizeof new_version, "%lld", version + 1);
     snprintf(result, sizeof result, "%lld\n%lld\nok", seq, version + 1);
     snprintf(seq_s, sizeof seq_s, "%lld", seq);
-    snprintf(slot, sizeof slot, "r%lld", seq % 1024);
+    snprintf(slot, sizeof slot, "i%lld", seq % 1024);
     snprintf(now_s, sizeof now_s, "%lld", now);
     snprintf(record, sizeof record,
              "{\"tenant\":\"bench\",\"session\":\"c-ref\",\"turn_seq\":%lld,\"version\":%lld,"
@@ -147,8 +147,8 @@ static void baton_turn(redisContext *c, const struct session *s, const char *beg
     redisAppendCommandArgv(c, 4, psetex, lens);
     const char *commit[] = {"EVALSHA", commit_sha, "4", s->state, s->log, s->payload, staged,
                             fence_s, expected, new_version, "", result, "3600000", record, slot,
-                            now_s, seq_s, "604800000", seq % 64 == 0 ? "refresh" : ""};
-    append(c, 19, commit);
+                            now_s, seq_s, "604800000"};
+    append(c, 18, commit);
     redisReply *ok = next(c);
     redisReply *committed = next(c);
     if (ok->type != REDIS_REPLY_STATUS) die("PSETEX", ok);

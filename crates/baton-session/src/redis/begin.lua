@@ -11,7 +11,7 @@
 --                                               holder, expiry (ms, Redis
 --                                               clock), its turnSeq; its
 --                                               fence is `fence`
---   r<turnSeq mod RESULTS_RETAINED>             "<turnSeq>\n<version>\n<reply>":
+--   i<turnSeq mod RESULTS_RETAINED>             "<turnSeq>\n<version>\n<reply>":
 --                                               a ring of idempotency records;
 --                                               a commit overwrites the slot of
 --                                               the turn leaving the window, so

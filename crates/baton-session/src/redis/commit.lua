@@ -8,10 +8,10 @@
 -- ARGV: 1 fence, 2 expected version, 3 new version, 4 workspace ref or "",
 --       5 idempotency record ("<turnSeq>\n<version>\n<reply>"), 6 state
 --       TTL ms, 7 turn record (JSON), 8 the record's ring slot
---       (r<turnSeq mod RESULTS_RETAINED>), 9 commit time (ms), 10 turnSeq,
+--       (i<turnSeq mod RESULTS_RETAINED>), 9 commit time (ms), 10 turnSeq,
 --       11 log TTL ms (longer than the state's: unshipped records must
---       outlive a Postgres outage), 12 "refresh" to set the log's TTL even
---       if the log exists (the caller asks every few turns), or ""
+--       outlive a Postgres outage; every commit moves it on, so each record
+--       lives that long after its own commit)
 -- Each redis.call costs a few microseconds of Lua glue, more than most
 -- commands themselves, so the script makes as few as it can: the lease is
 -- released by the HSET (an `until` of 0 is an expired lease to every
@@ -49,9 +49,6 @@ if type(moved) == 'table' and moved.err then return {'NOT_STAGED'} end
 redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'replica', s[3],
   'updated', ARGV[9], ARGV[8], ARGV[5], 'exp', int(now_ms + tonumber(ARGV[6])), 'until', '0')
 redis.call('PEXPIRE', state, ARGV[6])
--- A new log gets its TTL; an existing one only every few turns, so a log
--- that never empties (a busy session) still has its TTL moved on.
-if redis.call('RPUSH', log, ARGV[7]) == 1 or ARGV[12] ~= '' then
-  redis.call('PEXPIRE', log, ARGV[11])
-end
+redis.call('RPUSH', log, ARGV[7])
+redis.call('PEXPIRE', log, ARGV[11])
 return {'COMMITTED', tonumber(ARGV[3])}

@@ -83,14 +83,13 @@ const STAGED_TTL_MS: u64 = 60_000;
 
 /// The state hash's field that holds `turn_seq`'s idempotency record: a
 /// ring of RESULTS_RETAINED slots, so a commit overwrites the record that
-/// leaves the window instead of deleting it (one `redis.call` fewer).
+/// leaves the window instead of deleting it (one `redis.call` fewer). The
+/// prefix `i` is not the `r<turnSeq>` of the layout before the ring, so a
+/// replica of either layout reads the other's records as absent (STALE, a
+/// refusal), never as a wrong result.
 fn record_slot(turn_seq: u64) -> String {
-    format!("r{}", turn_seq % RESULTS_RETAINED)
+    format!("i{}", turn_seq % RESULTS_RETAINED)
 }
-
-/// A commit refreshes its session log's TTL when it creates the log, and on
-/// every this-many turnSeqs otherwise (a log that never empties).
-const LOG_TTL_REFRESH_EVERY: u64 = 64;
 
 /// `HMGET state version ws`.
 type VersionAndWorkspace = (Option<String>, Option<String>);
@@ -666,12 +665,7 @@ impl TurnStore for RedisStore {
             .arg(record_slot(turn_seq))
             .arg(now_ms.to_string())
             .arg(turn_seq.to_string())
-            .arg(millis(req.state_ttl).max(LOG_TTL_MS))
-            .arg(if turn_seq.is_multiple_of(LOG_TTL_REFRESH_EVERY) {
-                "refresh"
-            } else {
-                ""
-            });
+            .arg(millis(req.state_ttl).max(LOG_TTL_MS));
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua. A failed commit
         // deletes it; one whose script never ran leaves it for a minute.
@@ -765,8 +759,11 @@ impl TurnStore for RedisStore {
             .parse()
             .map_err(|_| corrupt(format!("{key}: version {version:?} is not a number")))?;
         let payload = match payload {
+            // A session that never committed has no payload, whatever a key
+            // left by an expired predecessor (payloads outlive their state
+            // by up to STAGED_TTL_MS) may hold.
+            _ if version == 0 => Bytes::new(),
             Some(bytes) => Bytes::from(bytes),
-            None if version == 0 => Bytes::new(),
             None => return Err(corrupt(format!("{key}: version {version} has no payload"))),
         };
         Ok(Some(CommittedState {
