@@ -90,8 +90,9 @@ async fn redis_refuses_a_version_whose_payload_is_gone() {
     ));
 }
 
-/// The normal flow never leaves a state without its payload: the two keys
-/// expire at the same instant, whoever set their TTLs last.
+/// The normal flow never leaves a state without its payload: a commit's
+/// payload outlives its state by at most a minute (the staged key's TTL),
+/// and a grant or renewal that extends them gives both the same instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_payload_never_expires_before_its_state() {
     let redis = RedisServer::start();

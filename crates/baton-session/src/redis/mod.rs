@@ -668,7 +668,8 @@ impl TurnStore for RedisStore {
             .arg(millis(req.state_ttl).max(LOG_TTL_MS));
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua. A failed commit
-        // deletes it; one whose script never ran leaves it for a minute.
+        // deletes it; one whose script never ran leaves it for the state TTL
+        // plus STAGED_TTL_MS.
         let ((), reply): ((), Vec<Value>) = self
             .with_script(&self.scripts.commit, |pipe| {
                 pipe.pset_ex(
