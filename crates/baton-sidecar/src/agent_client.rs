@@ -1,8 +1,17 @@
 //! Calls the user's agent container through the agent contract.
+//!
+//! The agent runs in the same pod, so this is plain HTTP/1.1 on hyper's
+//! pooled client, without a general-purpose client's layers (redirects,
+//! proxies, URL re-parsing): those showed as a fifth of the sidecar's
+//! instructions per turn in callgrind (see BENCHMARKS.md).
 
 use std::time::Duration;
 
 use baton_api::agent_contract::{TURN_PATH, TurnRequest, TurnResponse};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
 use serde_json::value::RawValue;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,11 +30,29 @@ pub enum AgentCallError {
     Malformed(String),
 }
 
+/// The agent's turn endpoint for a base URL such as `http://127.0.0.1:8000`:
+/// plain `http` with a host (the agent shares the pod's loopback; TLS there
+/// would protect nothing).
+pub fn turn_uri(base_url: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = format!("{}{TURN_PATH}", base_url.trim_end_matches('/'))
+        .parse()
+        .map_err(|e| format!("{base_url:?} is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "{base_url:?} must start with http:// (the agent is reached in the pod, without TLS)"
+        ));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{base_url:?} has no host"));
+    }
+    Ok(uri)
+}
+
 #[derive(Clone)]
 pub struct AgentClient {
-    http: reqwest::Client,
-    /// Parsed once: parsing (with IDNA) on every turn showed in profiles.
-    url: Result<reqwest::Url, String>,
+    http: Client<HttpConnector, Full<Bytes>>,
+    /// Parsed once, when the sidecar starts.
+    uri: Result<http::Uri, String>,
     /// `host:port` of the agent, for the readiness check.
     address: Option<String>,
     timeout: Duration,
@@ -36,18 +63,23 @@ const QUOTED_BODY_CHARS: usize = 512;
 
 impl AgentClient {
     pub fn new(base_url: &str, timeout: Duration) -> Self {
-        let address = reqwest::Url::parse(base_url)
-            .ok()
-            .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)));
+        let uri = turn_uri(base_url).map_err(|e| format!("agent URL {e}"));
+        let address = uri.as_ref().ok().and_then(|u| {
+            let host = u.host()?.trim_start_matches('[').trim_end_matches(']');
+            let port = u.port_u16().unwrap_or(80);
+            Some(if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            })
+        });
+        let mut connector = HttpConnector::new();
+        // Requests and replies are small and answered at once: Nagle's
+        // algorithm would only hold them back.
+        connector.set_nodelay(true);
         Self {
-            // The agent contract has no redirects; following none also keeps
-            // the redirect policy off every turn's profile.
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default(),
-            url: reqwest::Url::parse(&format!("{}{TURN_PATH}", base_url.trim_end_matches('/')))
-                .map_err(|e| format!("agent URL {base_url:?}: {e}")),
+            http: Client::builder(TokioExecutor::new()).build(connector),
+            uri,
             address,
             timeout,
         }
@@ -67,30 +99,37 @@ impl AgentClient {
     }
 
     /// One agent call; the state goes out and comes back as raw JSON text.
+    /// The timeout covers the whole exchange, the reply's body included.
     pub async fn turn(
         &self,
         req: &TurnRequest<&RawValue>,
     ) -> Result<TurnResponse<Box<RawValue>>, AgentCallError> {
-        let url = self.url.clone().map_err(AgentCallError::Unreachable)?;
-        let sent = self
-            .http
-            .post(url)
-            .json(req)
-            .timeout(self.timeout)
-            .send()
-            .await;
-        let response = match sent {
-            Ok(r) => r,
-            Err(e) if e.is_timeout() => return Err(AgentCallError::Timeout(self.timeout)),
-            Err(e) if e.is_connect() => return Err(AgentCallError::Unreachable(e.to_string())),
-            Err(e) => return Err(AgentCallError::Broken(e.to_string())),
+        let uri = self.uri.clone().map_err(AgentCallError::Unreachable)?;
+        let body = serde_json::to_vec(req).map_err(|e| AgentCallError::Broken(e.to_string()))?;
+        let request = http::Request::post(uri)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| AgentCallError::Unreachable(e.to_string()))?;
+        let exchange = async {
+            let response = self.http.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    AgentCallError::Unreachable(error_chain(&e))
+                } else {
+                    AgentCallError::Broken(error_chain(&e))
+                }
+            })?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| AgentCallError::Broken(error_chain(&e)))?
+                .to_bytes();
+            Ok::<_, AgentCallError>((status, body))
         };
-        let status = response.status();
-        let body = match response.bytes().await {
-            Ok(b) => b,
-            Err(e) if e.is_timeout() => return Err(AgentCallError::Timeout(self.timeout)),
-            Err(e) => return Err(AgentCallError::Broken(e.to_string())),
-        };
+        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| AgentCallError::Timeout(self.timeout))??;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body);
             return Err(AgentCallError::Failed {
@@ -99,5 +138,48 @@ impl AgentClient {
             });
         }
         serde_json::from_slice(&body).map_err(|e| AgentCallError::Malformed(e.to_string()))
+    }
+}
+
+/// hyper's errors say "client error (Connect)" and keep the cause (such as
+/// "Connection refused") in their source: the client is told both.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turn_uri_takes_plain_http_with_a_host() {
+        assert_eq!(
+            turn_uri("http://127.0.0.1:8000/").unwrap().to_string(),
+            format!("http://127.0.0.1:8000{TURN_PATH}")
+        );
+        for bad in [
+            "https://agent:8000",
+            "agent:8000",
+            "http://",
+            "not a url",
+            "",
+        ] {
+            assert!(turn_uri(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_readiness_address_has_the_default_port_and_brackets_ipv6() {
+        let client = AgentClient::new("http://[::1]:9000", Duration::from_secs(1));
+        assert_eq!(client.address.as_deref(), Some("[::1]:9000"));
+        let client = AgentClient::new("http://agent", Duration::from_secs(1));
+        assert_eq!(client.address.as_deref(), Some("agent:80"));
     }
 }

@@ -108,9 +108,12 @@ pub struct SidecarArgs {
     #[arg(long, env = "BATON_ADMIN_TOKENS", hide_env_values = true)]
     pub admin_tokens: Option<String>,
 
-    /// Runtime threads: 1 runs everything on one thread (no cross-thread
-    /// wake-ups: the lowest latency per turn); 0 means one per core.
-    #[arg(long, env = "BATON_WORKER_THREADS", default_value_t = 0)]
+    /// Runtime threads: 1 (the default) runs everything on one thread, with
+    /// no cross-thread wake-ups; 0 means one per core. One thread used 20%
+    /// less CPU per turn and served 10-15% more turns/s on two cores (see
+    /// BENCHMARKS.md): a sidecar waits on the network, and the cores are
+    /// better left to the agent and the stores.
+    #[arg(long, env = "BATON_WORKER_THREADS", default_value_t = 1)]
     pub worker_threads: usize,
 
     /// Largest request body accepted, in bytes.
@@ -162,7 +165,7 @@ impl SidecarArgs {
                 env::DATABASE_URL
             ));
         }
-        if let Err(e) = reqwest::Url::parse(&self.agent_url) {
+        if let Err(e) = crate::agent_client::turn_uri(&self.agent_url) {
             problems.push(format!("{}: {e}", env::AGENT_URL));
         }
         if problems.is_empty() {

@@ -10,6 +10,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+// The sidecar, agent and load generator allocate and free small buffers on
+// every turn (headers, JSON, Redis replies); with glibc's allocator that was
+// about a quarter of the sidecar's instructions (callgrind, see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "baton",
