@@ -9,6 +9,8 @@
 //! acknowledged turns, through the reference agent's hash chain of inputs.
 #![forbid(unsafe_code)]
 
+mod http_client;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,8 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use baton_agent::memory::{Memory, chain};
 use baton_api::validate::parse_duration;
-use serde::Serialize;
-use serde_json::{Value, json};
+use http::Uri;
+use http_client::Http;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 fn duration(value: &str) -> Result<Duration, String> {
     parse_duration(value)
@@ -158,6 +162,8 @@ pub struct Report {
 /// One session as its client knows it.
 struct Session {
     id: String,
+    /// Its turn API (Baton) or the agent's turn endpoint (direct mode).
+    turns: Uri,
     next_seq: u64,
     /// Hash chain of the acknowledged inputs, as the agent computes it.
     chain: String,
@@ -191,8 +197,24 @@ enum Attempt {
     Failed(String),
 }
 
+/// A turn as the turn API takes it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TurnBody<'a> {
+    input: &'a str,
+    turn_seq: u64,
+}
+
+/// The parts of the turn API's answer the generator reads.
+#[derive(Deserialize)]
+struct Answer {
+    status: Option<String>,
+    #[serde(default)]
+    error: Value,
+}
+
 struct Client {
-    http: reqwest::Client,
+    http: Http,
     args: BenchArgs,
     /// Direct mode: the workspace directories the agent is given, removed
     /// when the run ends.
@@ -200,43 +222,25 @@ struct Client {
 }
 
 impl Client {
-    fn headers(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        let req = match &self.args.tenant {
-            Some(t) => req.header("x-baton-tenant", t),
-            None => req,
-        };
-        match &self.args.token {
-            Some(t) => req.bearer_auth(t),
-            None => req,
-        }
-    }
-
     async fn attempt(&self, session: &mut Session, input: &str) -> Attempt {
-        if let Some(agent) = &self.args.direct_agent {
-            return self.attempt_direct(agent, session, input).await;
+        if self.args.direct_agent.is_some() {
+            return self.attempt_direct(session, input).await;
         }
-        let req = self
-            .http
-            .post(format!(
-                "{}/v1/sessions/{}/turns",
-                self.args.url.trim_end_matches('/'),
-                session.id
-            ))
-            .json(&json!({ "input": input, "turnSeq": session.next_seq }));
-        let answer = match self.headers(req).send().await {
-            Ok(a) => a,
-            Err(e) => {
-                return Attempt::Retry(if e.is_connect() { "CONNECT" } else { "DROPPED" }.into());
-            }
+        let body = TurnBody {
+            input,
+            turn_seq: session.next_seq,
         };
-        let status = answer.status();
-        let body: Value = match answer.json().await {
-            Ok(body) => body,
+        let (status, body) = match self.http.post_json(&session.turns, &body, true).await {
+            Ok(answer) => answer,
+            Err(e) => return Attempt::Retry(e.label().into()),
+        };
+        let answer: Answer = match serde_json::from_slice(&body) {
+            Ok(answer) => answer,
             // The answer was cut off: the turn may have committed, and the
             // same turnSeq tells (DUPLICATE) without running it again.
             Err(_) => return Attempt::Retry("DROPPED".into()),
         };
-        let outcome = body["status"].as_str().unwrap_or("?").to_owned();
+        let outcome = answer.status.unwrap_or_else(|| "?".into());
         match (status.as_u16(), outcome.as_str()) {
             (200, "OK") => Attempt::Acknowledged("OK"),
             (200, "DUPLICATE") => Attempt::Acknowledged("DUPLICATE"),
@@ -244,27 +248,22 @@ impl Client {
             // mid-request, a lease still held by a turn that was cut off:
             // the same turnSeq is safe to send again.
             (502 | 503, _) | (409, "BUSY") => Attempt::Retry(outcome),
-            _ => Attempt::Failed(format!("{status} {outcome}: {}", body["error"])),
+            _ => Attempt::Failed(format!("{status} {outcome}: {}", answer.error)),
         }
     }
 
-    async fn attempt_direct(&self, agent: &str, session: &mut Session, input: &str) -> Attempt {
+    async fn attempt_direct(&self, session: &mut Session, input: &str) -> Attempt {
         let req = baton_api::agent_contract::TurnRequest {
             session: session.id.clone(),
             tenant: "bench".into(),
             turn_seq: session.next_seq,
             input: input.to_owned(),
-            state: session.state.clone(),
+            state: &session.state,
             workspace_dir: self.scratch.path().join(&session.id),
         };
-        let url = format!(
-            "{}{}",
-            agent.trim_end_matches('/'),
-            baton_api::agent_contract::TURN_PATH
-        );
-        match self.http.post(url).json(&req).send().await {
-            Ok(a) if a.status().is_success() => {
-                match a.json::<baton_api::agent_contract::TurnResponse>().await {
+        match self.http.post_json(&session.turns, &req, false).await {
+            Ok((status, body)) if status.is_success() => {
+                match serde_json::from_slice::<baton_api::agent_contract::TurnResponse>(&body) {
                     Ok(r) => {
                         session.state = r.state;
                         Attempt::Acknowledged("OK")
@@ -272,7 +271,7 @@ impl Client {
                     Err(e) => Attempt::Failed(format!("agent answer: {e}")),
                 }
             }
-            Ok(a) => Attempt::Failed(format!("agent answered {}", a.status())),
+            Ok((status, _)) => Attempt::Failed(format!("agent answered {status}")),
             Err(e) => Attempt::Failed(format!("agent: {e}")),
         }
     }
@@ -357,19 +356,35 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         .session_prefix
         .clone()
         .unwrap_or_else(|| format!("bench-{:08x}", rand::random::<u32>()));
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .build()?;
+    let http = Http::new(
+        args.concurrency,
+        args.tenant.as_deref(),
+        args.token.as_deref(),
+    )?;
     let client = Arc::new(Client {
         http,
         args: args.clone(),
         scratch: tempfile::tempdir().context("scratch directory")?,
     });
     let stop = Arc::new(AtomicBool::new(false));
+    let direct_turns = match &args.direct_agent {
+        Some(agent) => Some(http_client::uri(
+            "--direct-agent",
+            agent,
+            baton_api::agent_contract::TURN_PATH,
+        )?),
+        None => None,
+    };
     let mut per_client: Vec<Vec<Session>> = (0..args.concurrency).map(|_| Vec::new()).collect();
     for n in 0..args.sessions {
+        let id = format!("{prefix}-{n}");
+        let turns = match &direct_turns {
+            Some(uri) => uri.clone(),
+            None => http_client::uri("--url", &args.url, &format!("/v1/sessions/{id}/turns"))?,
+        };
         per_client[n % args.concurrency].push(Session {
-            id: format!("{prefix}-{n}"),
+            id,
+            turns,
             next_seq: 1,
             chain: String::new(),
             acknowledged: 0,
@@ -435,13 +450,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
 async fn verify(client: &Client, sessions: &[Session]) -> Vec<String> {
     let mut errors = Vec::new();
     for s in sessions.iter().filter(|s| s.acknowledged > 0) {
-        let req = client.http.get(format!(
-            "{}/v1/sessions/{}?state=true",
-            client.args.url.trim_end_matches('/'),
-            s.id
-        ));
-        let body: Value = match client.headers(req).send().await {
-            Ok(a) => a.json().await.unwrap_or(Value::Null),
+        let path = format!("/v1/sessions/{}?state=true", s.id);
+        let uri = match http_client::uri("--url", &client.args.url, &path) {
+            Ok(uri) => uri,
+            Err(e) => {
+                errors.push(format!("{}: {e}", s.id));
+                continue;
+            }
+        };
+        let body: Value = match client.http.get(&uri).await {
+            Ok((_, body)) => serde_json::from_slice(&body).unwrap_or(Value::Null),
             Err(e) => {
                 errors.push(format!("{}: {e}", s.id));
                 continue;
