@@ -23,6 +23,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use memory::{Memory, respond};
+use serde_json::value::RawValue;
 
 pub use baton_api::agent_contract::{TurnRequest, TurnResponse};
 
@@ -92,17 +93,20 @@ fn io_error(e: std::io::Error) -> AgentError {
 /// late writer cannot touch a later turn's files.
 async fn turn(
     State(agent): State<Arc<Agent>>,
-    Json(req): Json<TurnRequest>,
-) -> Result<Json<TurnResponse>, AgentError> {
+    Json(req): Json<TurnRequest<Box<RawValue>>>,
+) -> Result<Json<TurnResponse<Memory>>, AgentError> {
     tokio::spawn(run_turn(agent, req))
         .await
         .unwrap_or_else(|e| Err(AgentError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
 }
 
-async fn run_turn(agent: Arc<Agent>, req: TurnRequest) -> Result<Json<TurnResponse>, AgentError> {
-    let memory: Memory = match req.state {
-        serde_json::Value::Null => Memory::default(),
-        state => serde_json::from_value(state).map_err(|e| {
+async fn run_turn(
+    agent: Arc<Agent>,
+    req: TurnRequest<Box<RawValue>>,
+) -> Result<Json<TurnResponse<Memory>>, AgentError> {
+    let memory: Memory = match req.state.get() {
+        "null" => Memory::default(),
+        state => serde_json::from_str(state).map_err(|e| {
             AgentError(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!("state is not this agent's: {e}"),
@@ -124,7 +128,12 @@ async fn run_turn(agent: Arc<Agent>, req: TurnRequest) -> Result<Json<TurnRespon
     }
 
     let dir = &req.workspace_dir;
-    tokio::fs::create_dir_all(dir).await.map_err(io_error)?;
+    // The sidecar creates the directory before the call; a caller without
+    // a sidecar (`baton bench --direct-agent`) may not have. Only a turn
+    // that writes needs it: an echo-speed turn touches no file at all.
+    if !outcome.files.is_empty() || !agent.config.no_notes {
+        tokio::fs::create_dir_all(dir).await.map_err(io_error)?;
+    }
     for (name, content) in &outcome.files {
         let path = inside(dir, name)?;
         if let Some(parent) = path.parent() {
@@ -140,11 +149,9 @@ async fn run_turn(agent: Arc<Agent>, req: TurnRequest) -> Result<Json<TurnRespon
     }
 
     tracing::debug!(session = %req.session, tenant = %req.tenant, turn_seq = req.turn_seq, "turn");
-    let state = serde_json::to_value(&outcome.memory)
-        .map_err(|e| AgentError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok(Json(TurnResponse {
         reply: outcome.reply,
-        state,
+        state: outcome.memory,
     }))
 }
 

@@ -112,3 +112,41 @@ async fn failures_and_hostile_writes_are_errors() {
         .unwrap();
     assert_eq!(failed.status(), 500);
 }
+
+#[tokio::test]
+async fn an_echo_speed_turn_touches_no_file() {
+    let url = start(AgentConfig {
+        no_notes: true,
+        ..AgentConfig::default()
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("never-created");
+    let answer: TurnResponse = http
+        .post(format!("{url}/v1/turn"))
+        .json(&request("my name is Lin", serde_json::Value::Null, &ws, 1))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer.reply, "Nice to meet you, Lin.");
+    assert!(
+        !ws.exists(),
+        "the agent created {ws:?} for a turn that writes nothing"
+    );
+    // A turn that writes a file still gets its directory.
+    let wrote = http
+        .post(format!("{url}/v1/turn"))
+        .json(&request("/write a.txt hello", answer.state, &ws, 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrote.status(), 200);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "hello\n"
+    );
+}

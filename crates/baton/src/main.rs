@@ -211,7 +211,11 @@ fn exit_with_parent() {
 }
 
 fn run_agent(listen: std::net::SocketAddr, config: baton_agent::AgentConfig) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Runtime::new()?;
+    // One thread, like the sidecar: the reference agent's turns are short
+    // and it shares the machine with the sidecar and the stores.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
