@@ -16,8 +16,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use baton_api::constants::paths;
 use baton_session::{SessionCatalog, SessionId, SessionKey, StoreError, TenantId, TurnStore};
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::auth::{Auth, AuthError};

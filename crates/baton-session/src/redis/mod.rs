@@ -246,7 +246,15 @@ fn parse_result(turn_seq: u64, stored: &[u8]) -> StoreResult<Option<TurnResult>>
 impl RedisStore {
     /// Connects (and reconnects on failure) to `url` (`redis://…`).
     pub async fn connect(url: &str) -> StoreResult<Self> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
+        use redis::IntoConnectionInfo as _;
+        // Without TCP_NODELAY (redis-rs leaves it off) a turn's commands
+        // wait behind Nagle's algorithm whenever another turn's or the
+        // shipper's are still unacknowledged on the shared connection.
+        let info = url
+            .into_connection_info()
+            .map_err(unavailable)?
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).map_err(unavailable)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(2)))
