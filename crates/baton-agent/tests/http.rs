@@ -25,38 +25,39 @@ fn request(
     }
 }
 
+/// Runs one turn that must succeed and returns the agent's answer.
+async fn ok_turn(http: &reqwest::Client, url: &str, req: &TurnRequest) -> TurnResponse {
+    http.post(format!("{url}/v1/turn"))
+        .json(req)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn memory_lives_in_the_state_and_files_in_the_workspace() {
     let url = start(AgentConfig::default()).await;
     let http = reqwest::Client::new();
     let dir = tempfile::tempdir().unwrap();
-    let first: TurnResponse = http
-        .post(format!("{url}/v1/turn"))
-        .json(&request(
-            "my name is Lin",
-            serde_json::Value::Null,
-            dir.path(),
-            1,
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let first = ok_turn(
+        &http,
+        &url,
+        &request("my name is Lin", serde_json::Value::Null, dir.path(), 1),
+    )
+    .await;
     assert_eq!(first.reply, "Nice to meet you, Lin.");
 
     // A fresh agent process (another replica) answers from the state alone.
     let other = start(AgentConfig::default()).await;
-    let second: TurnResponse = http
-        .post(format!("{other}/v1/turn"))
-        .json(&request("what is my name", first.state, dir.path(), 2))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let second = ok_turn(
+        &http,
+        &other,
+        &request("what is my name", first.state, dir.path(), 2),
+    )
+    .await;
     assert_eq!(second.reply, "Your name is Lin.");
     let notes = std::fs::read_to_string(dir.path().join("notes.md")).unwrap();
     assert_eq!(
@@ -123,15 +124,12 @@ async fn an_echo_speed_turn_touches_no_file() {
     let http = reqwest::Client::new();
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("never-created");
-    let answer: TurnResponse = http
-        .post(format!("{url}/v1/turn"))
-        .json(&request("my name is Lin", serde_json::Value::Null, &ws, 1))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = ok_turn(
+        &http,
+        &url,
+        &request("my name is Lin", serde_json::Value::Null, &ws, 1),
+    )
+    .await;
     assert_eq!(answer.reply, "Nice to meet you, Lin.");
     assert!(
         !ws.exists(),

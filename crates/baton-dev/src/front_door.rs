@@ -128,7 +128,13 @@ impl FrontDoor {
                     return refusal(
                         StatusCode::BAD_GATEWAY,
                         "REPLICA_FAILED",
-                        format!("{} failed during the request: {}", slot.id, chain(&e)),
+                        // `{:#}` prints the error with its causes ("error
+                        // sending request" alone says little).
+                        format!(
+                            "{} failed during the request: {:#}",
+                            slot.id,
+                            anyhow::Error::new(e)
+                        ),
                     );
                 }
                 Ok(answer) => {
@@ -155,19 +161,6 @@ impl FrontDoor {
             )
         })
     }
-}
-
-/// An error and its causes, for messages ("error sending request" alone
-/// says little).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 async fn relay(answer: reqwest::Response, replica: &str) -> Response {

@@ -105,11 +105,10 @@ impl Http {
             request.headers_mut().extend(self.auth.clone());
         }
         let answer = self.client.request(request).await.map_err(|e| {
-            let text = describe(&e);
             if e.is_connect() {
-                Failure::Connect(text)
+                Failure::Connect(describe(e))
             } else {
-                Failure::Dropped(text)
+                Failure::Dropped(describe(e))
             }
         })?;
         let status = answer.status();
@@ -136,11 +135,8 @@ pub(crate) fn uri(flag: &str, base: &str, path: &str) -> anyhow::Result<Uri> {
     Ok(uri)
 }
 
-/// hyper's errors keep their cause ("Connection refused") in their source.
-fn describe(e: &hyper_util::client::legacy::Error) -> String {
-    use std::error::Error as _;
-    match e.source() {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
-    }
+/// hyper's errors keep their cause ("Connection refused") in their source:
+/// `{:#}` prints both.
+fn describe(e: hyper_util::client::legacy::Error) -> String {
+    format!("{:#}", anyhow::Error::new(e))
 }

@@ -113,9 +113,9 @@ impl AgentClient {
         let exchange = async {
             let response = self.http.request(request).await.map_err(|e| {
                 if e.is_connect() {
-                    AgentCallError::Unreachable(error_chain(&e))
+                    AgentCallError::Unreachable(error_chain(e))
                 } else {
-                    AgentCallError::Broken(error_chain(&e))
+                    AgentCallError::Broken(error_chain(e))
                 }
             })?;
             let status = response.status();
@@ -123,7 +123,7 @@ impl AgentClient {
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| AgentCallError::Broken(error_chain(&e)))?
+                .map_err(|e| AgentCallError::Broken(error_chain(e)))?
                 .to_bytes();
             Ok::<_, AgentCallError>((status, body))
         };
@@ -142,16 +142,9 @@ impl AgentClient {
 }
 
 /// hyper's errors say "client error (Connect)" and keep the cause (such as
-/// "Connection refused") in their source: the client is told both.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+/// "Connection refused") in their source: `{:#}` prints both.
+fn error_chain(e: impl std::error::Error + Send + Sync + 'static) -> String {
+    format!("{:#}", anyhow::Error::new(e))
 }
 
 #[cfg(test)]
