@@ -75,8 +75,10 @@ local exp = tonumber(s[8]) or 0
 if exp < till then
   exp = now_ms + tonumber(ARGV[5])
   redis.call('HSET', state, 'fence', int(fence), 'owner', ARGV[1], 'until', int(till), 'lseq', int(seq), 'exp', int(exp))
-  redis.call('PEXPIRE', state, ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  -- One absolute time for both keys (and the `exp` field): two relative
+  -- PEXPIREs can land a millisecond apart.
+  redis.call('PEXPIREAT', state, int(exp))
+  redis.call('PEXPIREAT', KEYS[2], int(exp))
 else
   redis.call('HSET', state, 'fence', int(fence), 'owner', ARGV[1], 'until', int(till), 'lseq', int(seq))
 end

@@ -10,9 +10,11 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not s[2] or s[1] ~= ARGV[1] or (tonumber(s[3]) or 0) <= now_ms then return 0 end
 local till = now_ms + tonumber(ARGV[2])
 if (tonumber(s[4]) or 0) < till then
+  -- One absolute time for both keys: two relative PEXPIREs can land a
+  -- millisecond apart, and the payload must not expire before its state.
   redis.call('HSET', KEYS[1], 'until', int(till), 'exp', int(till))
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  redis.call('PEXPIREAT', KEYS[1], int(till))
+  redis.call('PEXPIREAT', KEYS[2], int(till))
 else
   redis.call('HSET', KEYS[1], 'until', int(till))
 end
