@@ -547,3 +547,79 @@ async fn an_abandoned_agent_call_cannot_write_into_later_turns() {
         "the abandoned turn's late write leaked into a commit:\n{notes}"
     );
 }
+
+/// With two runtime threads, connections are spread over both, and the
+/// threads still make one replica: one registry of running turns (so one
+/// local turn per session and one status page), one drain, and a SIGTERM
+/// that stops every thread once the running turns have committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_threads_share_one_replica_and_drain_together() {
+    let _one = serial().await;
+    let mut replica = Replica::start(&["--worker-threads=2", "--drain-timeout=20s"]).await;
+    // Separate clients, so separate connections: the sidecar hands them to
+    // its threads in turn.
+    let (first, second, admin) = (
+        reqwest::Client::new(),
+        reqwest::Client::new(),
+        reqwest::Client::new(),
+    );
+    let turns = |session: &str| format!("{}/v1/sessions/{session}/turns", replica.url);
+    let long_a = in_background(&first, turns("s-a"), "/sleep 6000");
+    let long_b = in_background(&second, turns("s-b"), "/sleep 6000");
+    let status = baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "both turns to run",
+        || async {
+            let (_, s, _) = send(admin.get(format!("{}/v1/admin/status", replica.url))).await;
+            (s["inFlight"] == 2).then_some(s)
+        },
+    )
+    .await;
+    let sessions: Vec<_> = status["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions, ["s-a", "s-b"], "{status}");
+    // s-a's turn runs on the first connection; the second cannot start
+    // another one of that session.
+    let (code, body, _) = send(second.post(turns("s-a")).json(&json!({ "input": "hi" }))).await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (409, Some("BUSY")),
+        "{body}"
+    );
+
+    replica.terminate();
+    for client in [&first, &second] {
+        baton_testkit::poll_async(
+            std::time::Duration::from_secs(5),
+            "readiness to fail on every connection",
+            || async {
+                let r = client.get(format!("{}/readyz", replica.url)).send().await;
+                (r.ok()?.status() == 503).then_some(())
+            },
+        )
+        .await;
+        let (code, body, _) =
+            send(client.post(turns("s-new")).json(&json!({ "input": "hi" }))).await;
+        assert_eq!(
+            (code, body["status"].as_str()),
+            (503, Some("DRAINING")),
+            "{body}"
+        );
+    }
+    for long in [long_a, long_b] {
+        let (code, body, _) = long.await.unwrap();
+        assert_eq!(
+            (code, body["stateVersion"].as_u64()),
+            (200, Some(1)),
+            "{body}"
+        );
+    }
+    let exit = replica
+        .exit_status(std::time::Duration::from_secs(10))
+        .await;
+    assert!(exit.success(), "the drained sidecar exits cleanly: {exit}");
+}

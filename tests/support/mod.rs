@@ -137,6 +137,11 @@ impl Cluster {
             .arg(format!("--drain-timeout={}", options.drain_timeout));
         if let Some(real) = &real {
             cmd.args(&real.args);
+            // The replicas inherit it: on real stores every sidecar runs two
+            // runtime threads, each with its own Redis connection, so the
+            // kill, pause, takeover and rollout tests cover that layout
+            // too (the embedded runs keep the default, one).
+            cmd.env("BATON_WORKER_THREADS", "2");
         }
         let child = cmd
             .env("BATON_EXIT_WITH_PARENT", "1")
@@ -381,6 +386,21 @@ impl Replica {
     /// Where this replica's sidecar keeps session workspaces.
     pub fn workspace(&self) -> PathBuf {
         self._dir.path().join("workspace")
+    }
+
+    /// Sends the sidecar SIGTERM, as the kubelet does.
+    pub fn terminate(&self) {
+        signal(u64::from(self.sidecar.id()), "TERM");
+    }
+
+    /// Waits for the sidecar to exit, at most `timeout`.
+    pub async fn exit_status(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let sidecar = &mut self.sidecar;
+        poll_async(timeout, "the sidecar to exit", || {
+            let status = sidecar.try_wait().expect("sidecar status");
+            async move { status }
+        })
+        .await
     }
 
     /// Starts a replica and waits until it is ready.

@@ -68,6 +68,19 @@ impl RedisLedgerStore {
         Ok(store)
     }
 
+    /// Another handle on the same stores with a Redis connection of its own,
+    /// opened on the current runtime: a sidecar keeps one per runtime
+    /// thread, so each thread's turns go out on its own socket and never
+    /// wait for another thread. The ledger's pool and the shipper (woken by
+    /// every handle's commits) stay shared.
+    pub async fn with_own_redis_connection(&self, redis_url: &str) -> StoreResult<Self> {
+        Ok(Self {
+            redis: RedisStore::connect(redis_url).await?,
+            ledger: self.ledger.clone(),
+            wake: self.wake.clone(),
+        })
+    }
+
     pub fn ledger(&self) -> &PostgresLedger {
         &self.ledger
     }

@@ -108,11 +108,11 @@ pub struct SidecarArgs {
     #[arg(long, env = "BATON_ADMIN_TOKENS", hide_env_values = true)]
     pub admin_tokens: Option<String>,
 
-    /// Runtime threads: 1 (the default) runs everything on one thread, with
-    /// no cross-thread wake-ups; 0 means one per core. One thread used 20%
-    /// less CPU per turn and served 10-15% more turns/s on two cores (see
-    /// BENCHMARKS.md): a sidecar waits on the network, and the cores are
-    /// better left to the agent and the stores.
+    /// Runtime threads, each a single-threaded runtime serving its share of
+    /// the connections; 0 means one per core (the pod's CPU limit counts).
+    /// One (the default) costs the least CPU per turn and was as fast as two
+    /// on two shared cores (see BENCHMARKS.md); give more to a sidecar that
+    /// has more cores to itself.
     #[arg(long, env = "BATON_WORKER_THREADS", default_value_t = 1)]
     pub worker_threads: usize,
 

@@ -138,13 +138,15 @@ pub struct Engine<S> {
     pub holder: ReplicaId,
     pub timings: Timings,
     workspace_root: PathBuf,
-    pub inflight: InFlight,
+    // The rest is the replica's, shared by the engines of all its runtime
+    // threads (see [`Engine::sibling`]).
+    pub inflight: Arc<InFlight>,
     pub metrics: Metrics,
     /// Unix ms of the last store call that answered (heartbeats included).
-    store_ok_at_ms: AtomicU64,
+    store_ok_at_ms: Arc<AtomicU64>,
     /// Session directories known to hold exactly a committed version's
     /// files, so the next turn on this replica skips materialising them.
-    local: LocalWorkspaces,
+    local: Arc<LocalWorkspaces>,
 }
 
 /// Most session directories remembered.
@@ -280,11 +282,33 @@ impl<S: TurnStore + 'static> Engine<S> {
             holder,
             timings,
             workspace_root,
-            inflight: InFlight::default(),
+            inflight: Arc::default(),
             metrics: Metrics::default(),
-            store_ok_at_ms: AtomicU64::new(0),
-            local: LocalWorkspaces::default(),
+            store_ok_at_ms: Arc::default(),
+            local: Arc::default(),
         })
+    }
+
+    /// Another engine of the same replica, for another runtime thread: it
+    /// brings its own store connection, agent client and workspace store
+    /// (their I/O then stays on that thread) and shares everything that
+    /// makes the replica one: its identity, the in-flight registry (one
+    /// local turn per session, the drain), the metrics, the store health
+    /// and the session directories.
+    pub fn sibling(&self, store: S, workspaces: WorkspaceStore, agent: AgentClient) -> Self {
+        Self {
+            store,
+            workspaces,
+            agent,
+            replica: self.replica.clone(),
+            holder: self.holder.clone(),
+            timings: self.timings.clone(),
+            workspace_root: self.workspace_root.clone(),
+            inflight: self.inflight.clone(),
+            metrics: self.metrics.clone(),
+            store_ok_at_ms: self.store_ok_at_ms.clone(),
+            local: self.local.clone(),
+        }
     }
 
     /// Whether the stores answered within the last three heartbeats.

@@ -5,7 +5,8 @@
 //! - [`engine`]: one turn end to end (begin, workspace, agent, commit);
 //! - [`http`]: the client, admin, probe and metrics API;
 //! - [`inflight`]: running turns and the drain;
-//! - [`config`]: the `BATON_*` settings the operator injects.
+//! - [`config`]: the `BATON_*` settings the operator injects;
+//! - [`runtimes`]: one single-threaded runtime per core, sharing the listener.
 #![forbid(unsafe_code)]
 
 pub mod agent_client;
@@ -15,6 +16,7 @@ pub mod engine;
 pub mod http;
 pub mod inflight;
 pub mod metrics;
+mod runtimes;
 
 use std::sync::Arc;
 
@@ -31,21 +33,12 @@ use crate::auth::Auth;
 use crate::engine::{Engine, Timings};
 use crate::http::Api;
 
-/// Runs the sidecar until SIGTERM or Ctrl-C, then drains and exits.
+/// Runs the sidecar until SIGTERM or Ctrl-C, then drains and exits. Call
+/// it on a current-thread runtime: it starts the other runtime threads
+/// itself (see [`runtimes`]).
 pub async fn run(args: SidecarArgs) -> anyhow::Result<()> {
     args.check().map_err(anyhow::Error::msg)?;
-    let workspaces = match &args.s3_endpoint {
-        Some(endpoint) => WorkspaceStore::s3(&S3Config {
-            endpoint: endpoint.clone(),
-            bucket: args.s3_bucket.clone(),
-            region: args.s3_region.clone(),
-            access_key_id: args.s3_access_key_id.clone(),
-            secret_access_key: args.s3_secret_access_key.clone(),
-            force_path_style: args.s3_force_path_style,
-        })
-        .context("workspace store (S3)")?,
-        None => WorkspaceStore::local(&args.objects_dir).context("workspace store (directory)")?,
-    };
+    let workspaces = workspace_store(&args)?;
     match (&args.redis_url, &args.database_url) {
         (Some(redis), Some(database)) => {
             let store = RedisLedgerStore::connect(redis, database)
@@ -65,7 +58,42 @@ pub async fn run(args: SidecarArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn serve<S: TurnStore + SessionCatalog + 'static>(
+fn workspace_store(args: &SidecarArgs) -> anyhow::Result<WorkspaceStore> {
+    match &args.s3_endpoint {
+        Some(endpoint) => WorkspaceStore::s3(&S3Config {
+            endpoint: endpoint.clone(),
+            bucket: args.s3_bucket.clone(),
+            region: args.s3_region.clone(),
+            access_key_id: args.s3_access_key_id.clone(),
+            secret_access_key: args.s3_secret_access_key.clone(),
+            force_path_style: args.s3_force_path_style,
+        })
+        .context("workspace store (S3)"),
+        None => WorkspaceStore::local(&args.objects_dir).context("workspace store (directory)"),
+    }
+}
+
+/// A store a runtime thread can get its own handle on.
+trait ThreadStore: TurnStore + SessionCatalog + Sized + 'static {
+    /// A handle whose I/O runs on the current runtime.
+    async fn for_this_thread(&self, args: &SidecarArgs) -> anyhow::Result<Self>;
+}
+
+impl ThreadStore for RedisLedgerStore {
+    async fn for_this_thread(&self, args: &SidecarArgs) -> anyhow::Result<Self> {
+        let url = args.redis_url.as_deref().context("no Redis URL")?;
+        Ok(self.with_own_redis_connection(url).await?)
+    }
+}
+
+impl ThreadStore for SqliteStore {
+    async fn for_this_thread(&self, _: &SidecarArgs) -> anyhow::Result<Self> {
+        // sqlx runs SQLite on threads of its own: the pool is shared.
+        Ok(self.clone())
+    }
+}
+
+async fn serve<S: ThreadStore>(
     args: SidecarArgs,
     store: S,
     workspaces: WorkspaceStore,
@@ -93,38 +121,78 @@ async fn serve<S: TurnStore + SessionCatalog + 'static>(
         )
         .map_err(anyhow::Error::msg)?,
     );
+    let auth = Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
+        .map_err(anyhow::Error::msg)?;
     if let Err(e) = engine.heartbeat().await {
         tracing::warn!(error = %e, "first heartbeat failed; not ready until the stores answer");
     }
+    // Once per replica, on this thread: the heartbeat (and, in the store,
+    // the ledger shipper).
     tokio::spawn(engine.clone().heartbeat_forever());
-    let api = Arc::new(Api {
-        engine: engine.clone(),
-        auth: Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
-            .map_err(anyhow::Error::msg)?,
-        max_body_bytes: args.max_body_bytes,
-        max_input_bytes: args.max_input_bytes,
-    });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
+
+    let threads = runtimes::count(args.worker_threads);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (first_sender, own_lane) = runtimes::lane(addr);
+    let mut lanes = vec![first_sender];
+    let mut others = Vec::new();
+    for n in 1..threads {
+        let (sender, lane) = runtimes::lane(addr);
+        lanes.push(sender);
+        let (args, engine, auth, stopped) =
+            (args.clone(), engine.clone(), auth.clone(), stopped.clone());
+        let thread = runtimes::start(n, move || async move {
+            let store = engine.store.for_this_thread(&args).await?;
+            let sibling = engine.sibling(
+                store,
+                workspace_store(&args)?,
+                AgentClient::new(&args.agent_url, args.agent_timeout),
+            );
+            Ok(runtimes::serve(
+                lane,
+                api(Arc::new(sibling), auth, &args),
+                stopped,
+            ))
+        });
+        others.push(
+            thread
+                .await
+                .with_context(|| format!("runtime thread {n}"))?,
+        );
+    }
+    tokio::spawn(runtimes::hand_out(listener, lanes));
     // Tests and `baton dev` read this line to learn the address.
     println!(
         "baton sidecar {} listening on http://{addr}",
         args.replica_id
     );
-    tracing::info!(replica = %args.replica_id, holder = %engine.holder, %addr, "sidecar started");
+    tracing::info!(replica = %args.replica_id, holder = %engine.holder, %addr, threads, "sidecar started");
     let drained = engine.clone();
-    axum::serve(listener, http::router(api))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            tracing::info!("shutdown signal: draining");
-            drained.start_drain();
-            drained.drained().await;
-        })
-        .await?;
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown signal: draining");
+        drained.start_drain();
+        drained.drained().await;
+        stop.send_replace(true);
+    });
+    runtimes::serve(own_lane, api(engine, auth, &args), stopped).await?;
+    for other in others {
+        other.await?;
+    }
     tracing::info!("sidecar stopped");
     Ok(())
+}
+
+fn api<S>(engine: Arc<Engine<S>>, auth: Auth, args: &SidecarArgs) -> Arc<Api<S>> {
+    Arc::new(Api {
+        engine,
+        auth,
+        max_body_bytes: args.max_body_bytes,
+        max_input_bytes: args.max_input_bytes,
+    })
 }
 
 async fn shutdown_signal() {

@@ -113,7 +113,11 @@ fn main() -> ExitCode {
             };
             run_agent(listen, config)
         }
-        Command::Sidecar(args) => sidecar_runtime(args.worker_threads)
+        // One thread here; the sidecar starts its other runtime threads.
+        Command::Sidecar(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
             .and_then(|runtime| runtime.block_on(baton_sidecar::run(*args))),
         Command::Dev(args) => std::env::current_exe()
             .context("finding the baton binary to start replicas with")
@@ -157,20 +161,6 @@ fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyh
         None => baton_resources::Credentials::generate(),
     };
     write_stdout(&manifest::render(&valid, &creds, credentials.is_none())?)
-}
-
-/// The sidecar's runtime: one thread, or a pool (0 = one thread per core).
-fn sidecar_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        if threads > 1 {
-            b.worker_threads(threads);
-        }
-        b
-    };
-    Ok(builder.enable_all().build()?)
 }
 
 fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {

@@ -1,0 +1,152 @@
+//! One single-threaded runtime per core, sharing one listener.
+//!
+//! A sidecar mostly waits on the network. On one thread its turns batch
+//! well and cost little CPU, but under load one thread is also one queue:
+//! measured on two cores, a single-threaded sidecar left a fifth of the
+//! cores idle at 50 clients, and a work-stealing pool cost more CPU per
+//! turn than it won back. So each core gets its own current-thread runtime
+//! with its own store connection and agent client (see
+//! [`crate::engine::Engine::sibling`]), and the first thread accepts every
+//! connection and hands them out in turn. A connection stays on the thread
+//! it was given for its whole life, so a turn never crosses threads.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use baton_session::{SessionCatalog, TurnStore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::http::{self, Api};
+
+/// How many runtime threads to run: `0` means one per core (the cgroup's
+/// CPU quota counts, so a pod limited to one CPU gets one).
+pub fn count(requested: usize) -> usize {
+    match requested {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Where the accepting thread sends a runtime thread its connections.
+pub type LaneSender = mpsc::UnboundedSender<std::net::TcpStream>;
+
+/// A runtime thread's share of the listener's connections, as a listener.
+pub struct Lane {
+    connections: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    addr: SocketAddr,
+}
+
+pub fn lane(addr: SocketAddr) -> (LaneSender, Lane) {
+    let (sender, connections) = mpsc::unbounded_channel();
+    (sender, Lane { connections, addr })
+}
+
+impl axum::serve::Listener for Lane {
+    type Io = TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+        loop {
+            let Some(connection) = self.connections.recv().await else {
+                // The accepting thread is gone: the process is stopping.
+                return std::future::pending().await;
+            };
+            // Registers the socket with this thread's reactor.
+            let connection =
+                TcpStream::from_std(connection).and_then(|c| c.peer_addr().map(|peer| (c, peer)));
+            match connection {
+                Ok(accepted) => return accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "dropping a connection this thread could not take")
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
+}
+
+/// Accepts every connection and hands them to the lanes in turn.
+pub async fn hand_out(mut listener: TcpListener, lanes: Vec<LaneSender>) {
+    for lane in lanes.iter().cycle() {
+        // axum's accept retries and logs the errors a listener can hit
+        // (a reset connection, too many open files).
+        let (connection, _) = axum::serve::Listener::accept(&mut listener).await;
+        match connection.into_std() {
+            Ok(connection) => {
+                // A closed lane belongs to a thread that is stopping; the
+                // client sees its connection close and retries.
+                let _ = lane.send(connection);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping a connection that could not be handed out")
+            }
+        }
+    }
+}
+
+/// Serves one lane until `stop` turns true; then the server closes its
+/// connections as their requests finish.
+pub async fn serve<S: TurnStore + SessionCatalog + 'static>(
+    lane: Lane,
+    api: Arc<Api<S>>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    axum::serve(lane, http::router(api))
+        .with_graceful_shutdown(async move {
+            // An error means the sender is gone, which also means stop.
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await?;
+    Ok(())
+}
+
+/// Starts runtime thread `n`: `setup` runs on it first (connecting its
+/// stores) and gives the future the thread then runs until it ends.
+/// Returns once setup is done, with a future that waits for the thread.
+pub async fn start<Setup, Ready, Run>(
+    n: usize,
+    setup: Setup,
+) -> anyhow::Result<impl Future<Output = anyhow::Result<()>>>
+where
+    Setup: FnOnce() -> Ready + Send + 'static,
+    Ready: Future<Output = anyhow::Result<Run>>,
+    Run: Future<Output = anyhow::Result<()>>,
+{
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let (done_tx, done_rx) = oneshot::channel();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name(format!("baton-rt-{n}"))
+        .spawn(move || {
+            let result = runtime.block_on(async move {
+                let run = match setup().await {
+                    Ok(run) => {
+                        let _ = ready_tx.send(Ok(()));
+                        run
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                run.await
+            });
+            let _ = done_tx.send(result);
+        })?;
+    ready_rx
+        .await
+        .context("the runtime thread ended during setup")??;
+    Ok(async move {
+        done_rx
+            .await
+            .context("the runtime thread ended without a result")?
+    })
+}
