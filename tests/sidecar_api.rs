@@ -581,9 +581,12 @@ async fn runtime_threads_share_one_replica_and_drain_together() {
         .iter()
         .map(|t| t["session"].as_str().unwrap())
         .collect();
+    // The two connections are on different threads (handed out in turn),
+    // and the status, served by either, lists both turns: one registry.
+    // (With a registry per thread this fails: each lists its own turn.)
     assert_eq!(sessions, ["s-a", "s-b"], "{status}");
-    // s-a's turn runs on the first connection; the second cannot start
-    // another one of that session.
+    // From the other thread, s-a is busy (the lease and the local slot
+    // both say so).
     let (code, body, _) = send(second.post(turns("s-a")).json(&json!({ "input": "hi" }))).await;
     assert_eq!(
         (code, body["status"].as_str()),

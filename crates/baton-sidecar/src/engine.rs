@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tracing::Instrument;
 
 use crate::agent_client::{AgentCallError, AgentClient};
-use crate::inflight::InFlight;
+use crate::inflight::{InFlight, Refused};
 use crate::metrics::Metrics;
 
 /// The timings a turn runs with.
@@ -138,11 +138,13 @@ pub struct Engine<S> {
     pub holder: ReplicaId,
     pub timings: Timings,
     workspace_root: PathBuf,
-    // The rest is the replica's, shared by the engines of all its runtime
+    // The rest is shared by the engines of all the replica's runtime
     // threads (see [`Engine::sibling`]).
     pub inflight: Arc<InFlight>,
+    /// prometheus-client's metrics share their values when cloned.
     pub metrics: Metrics,
-    /// Unix ms of the last store call that answered (heartbeats included).
+    /// Unix ms of the last heartbeat the stores answered (the first
+    /// thread's connection: the others reconnect on their own).
     store_ok_at_ms: Arc<AtomicU64>,
     /// Session directories known to hold exactly a committed version's
     /// files, so the next turn on this replica skips materialising them.
@@ -383,17 +385,15 @@ impl<S: TurnStore + 'static> Engine<S> {
         let mut backoff = Duration::from_millis(5);
         let (mut slot, lease, state) = loop {
             // Checked on every pass: a turn waiting for a busy lease must not
-            // start on a replica that began draining meanwhile.
-            if self.inflight.is_draining() {
-                return Err(TurnError::Draining);
-            }
-            // One local turn per session; a second one waits like a busy lease.
+            // start on a replica that began draining meanwhile. One local
+            // turn per session; a second one waits like a busy lease.
             let outcome = match self.inflight.enter(&ask.key, ask.turn_seq) {
-                Some(slot) => match self.timed("begin", self.store.begin(&begin)).await? {
+                Ok(slot) => match self.timed("begin", self.store.begin(&begin)).await? {
                     BeginOutcome::Granted { lease, state } => break (slot, lease, state),
                     other => other,
                 },
-                None => BeginOutcome::Busy {
+                Err(Refused::Draining) => return Err(TurnError::Draining),
+                Err(Refused::SessionBusy) => BeginOutcome::Busy {
                     owner: self.holder.to_string(),
                     retry_after: Duration::from_millis(100),
                 },

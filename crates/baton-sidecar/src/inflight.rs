@@ -48,6 +48,14 @@ impl Default for InFlight {
     }
 }
 
+/// Why a turn could not enter.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    Draining,
+    /// This replica already runs a turn of the session.
+    SessionBusy,
+}
+
 /// Removes its turn from the registry when dropped, however the turn ends.
 pub struct Slot<'a> {
     registry: &'a InFlight,
@@ -80,12 +88,18 @@ impl InFlight {
         self.turns.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a turn of `key`; `None` if this replica already runs one
-    /// for that session.
-    pub fn enter(&self, key: &SessionKey, turn_seq: Option<u64>) -> Option<Slot<'_>> {
+    /// Registers a turn of `key`, unless the replica is draining or already
+    /// runs a turn of that session.
+    pub fn enter(&self, key: &SessionKey, turn_seq: Option<u64>) -> Result<Slot<'_>, Refused> {
         let mut turns = self.lock();
+        // Read under the lock that `start_drain` takes: with several runtime
+        // threads, a drain either sees this turn counted or it is refused,
+        // never a turn that slips in after the drain found none running.
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(Refused::Draining);
+        }
         if turns.contains_key(key) {
-            return None;
+            return Err(Refused::SessionBusy);
         }
         let (abort, receiver) = watch::channel(false);
         turns.insert(
@@ -98,7 +112,7 @@ impl InFlight {
             },
         );
         self.count.send_replace(turns.len());
-        Some(Slot {
+        Ok(Slot {
             registry: self,
             key: key.clone(),
             abort: receiver,
@@ -111,6 +125,7 @@ impl InFlight {
 
     /// Marks the replica draining; true if it was not already.
     pub fn start_drain(&self) -> bool {
+        let _turns = self.lock();
         !self.draining.swap(true, Ordering::SeqCst)
     }
 
@@ -168,16 +183,21 @@ mod tests {
     fn one_local_turn_per_session_and_slots_free_on_drop() {
         let reg = InFlight::default();
         let a = reg.enter(&key("a"), None).unwrap();
-        assert!(reg.enter(&key("a"), Some(2)).is_none());
+        assert_eq!(
+            reg.enter(&key("a"), Some(2)).err(),
+            Some(Refused::SessionBusy)
+        );
         let b = reg.enter(&key("b"), Some(1)).unwrap();
         assert_eq!(reg.len(), 2);
         a.granted(7, 3);
         let snap = reg.snapshot();
         assert_eq!((snap[0].fence, snap[0].turn_seq), (Some(7), Some(3)));
         drop(a);
-        assert!(reg.enter(&key("a"), None).is_some());
+        assert!(reg.enter(&key("a"), None).is_ok());
         drop(b);
         assert!(reg.is_empty());
+        assert!(reg.start_drain());
+        assert_eq!(reg.enter(&key("c"), None).err(), Some(Refused::Draining));
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@
 //! - [`http`]: the client, admin, probe and metrics API;
 //! - [`inflight`]: running turns and the drain;
 //! - [`config`]: the `BATON_*` settings the operator injects;
-//! - [`runtimes`]: one single-threaded runtime per core, sharing the listener.
+//! - [`runtimes`]: the runtime threads, sharing one listener.
 #![forbid(unsafe_code)]
 
 pub mod agent_client;
@@ -88,7 +88,8 @@ impl ThreadStore for RedisLedgerStore {
 
 impl ThreadStore for SqliteStore {
     async fn for_this_thread(&self, _: &SidecarArgs) -> anyhow::Result<Self> {
-        // sqlx runs SQLite on threads of its own: the pool is shared.
+        // The same handle: sqlx runs SQLite on threads of its own, so there
+        // is no socket to keep on this thread.
         Ok(self.clone())
     }
 }
@@ -163,7 +164,7 @@ async fn serve<S: ThreadStore>(
                 .with_context(|| format!("runtime thread {n}"))?,
         );
     }
-    tokio::spawn(runtimes::hand_out(listener, lanes));
+    tokio::spawn(runtimes::hand_out(listener, lanes, stopped.clone()));
     // Tests and `baton dev` read this line to learn the address.
     println!(
         "baton sidecar {} listening on http://{addr}",

@@ -1,14 +1,21 @@
-//! One single-threaded runtime per core, sharing one listener.
+//! The sidecar's runtime threads: N single-threaded runtimes sharing one
+//! listener (`--worker-threads`, default one).
 //!
 //! A sidecar mostly waits on the network. On one thread its turns batch
 //! well and cost little CPU, but under load one thread is also one queue:
-//! measured on two cores, a single-threaded sidecar left a fifth of the
-//! cores idle at 50 clients, and a work-stealing pool cost more CPU per
-//! turn than it won back. So each core gets its own current-thread runtime
-//! with its own store connection and agent client (see
-//! [`crate::engine::Engine::sibling`]), and the first thread accepts every
-//! connection and hands them out in turn. A connection stays on the thread
-//! it was given for its whole life, so a turn never crosses threads.
+//! a sidecar with more than one core to itself needs more threads, and a
+//! work-stealing pool of two cost 10-15% more CPU per turn than two
+//! current-thread runtimes (BENCHMARKS.md). So each thread runs its own
+//! runtime with its own Redis connection, agent client and workspace store
+//! (see [`crate::engine::Engine::sibling`]), and a task on the first
+//! thread accepts every connection and hands them out in turn. A
+//! connection stays on the thread it was given for its whole life, so a
+//! turn's HTTP, Redis and agent I/O never cross threads. What does: the
+//! Postgres pool (shared; rare on the turn path) and the first thread's
+//! heartbeat and ledger shipper. The first thread also serves its share.
+//!
+//! Connections, not requests, are spread: a client with one keep-alive
+//! connection (a proxy in front, say) is served by one thread.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,7 +37,7 @@ pub fn count(requested: usize) -> usize {
     }
 }
 
-/// Where the accepting thread sends a runtime thread its connections.
+/// Where [`hand_out`] sends a runtime thread its connections.
 pub type LaneSender = mpsc::UnboundedSender<std::net::TcpStream>;
 
 /// A runtime thread's share of the listener's connections, as a listener.
@@ -51,7 +58,7 @@ impl axum::serve::Listener for Lane {
     async fn accept(&mut self) -> (TcpStream, SocketAddr) {
         loop {
             let Some(connection) = self.connections.recv().await else {
-                // The accepting thread is gone: the process is stopping.
+                // `hand_out` is gone: the process is stopping.
                 return std::future::pending().await;
             };
             // Registers the socket with this thread's reactor.
@@ -71,21 +78,35 @@ impl axum::serve::Listener for Lane {
     }
 }
 
-/// Accepts every connection and hands them to the lanes in turn.
-pub async fn hand_out(mut listener: TcpListener, lanes: Vec<LaneSender>) {
-    for lane in lanes.iter().cycle() {
+/// Accepts every connection and hands them to the lanes in turn, until
+/// `stop` turns true; then the listener closes, so new clients are refused
+/// rather than accepted and dropped.
+pub async fn hand_out(
+    mut listener: TcpListener,
+    lanes: Vec<LaneSender>,
+    mut stop: watch::Receiver<bool>,
+) {
+    for (n, lane) in lanes.iter().enumerate().cycle() {
         // axum's accept retries and logs the errors a listener can hit
         // (a reset connection, too many open files).
-        let (connection, _) = axum::serve::Listener::accept(&mut listener).await;
-        match connection.into_std() {
-            Ok(connection) => {
-                // A closed lane belongs to a thread that is stopping; the
-                // client sees its connection close and retries.
-                let _ = lane.send(connection);
-            }
+        let connection = tokio::select! {
+            (connection, _) = axum::serve::Listener::accept(&mut listener) => connection,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        let connection = match connection.into_std() {
+            Ok(connection) => connection,
             Err(e) => {
-                tracing::warn!(error = %e, "dropping a connection that could not be handed out")
+                tracing::warn!(error = %e, "dropping a connection that could not be handed out");
+                continue;
             }
+        };
+        if lane.send(connection).is_err() && !*stop.borrow() {
+            // A runtime thread ended while the replica serves: a third of
+            // its connections would now be dropped unanswered. Crash, so
+            // the replica restarts whole (its leases are freed three
+            // heartbeats later, as after any crash).
+            tracing::error!(thread = n, "a runtime thread is gone; exiting");
+            std::process::exit(1);
         }
     }
 }
