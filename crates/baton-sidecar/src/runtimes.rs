@@ -37,12 +37,15 @@ pub fn count(requested: usize) -> usize {
     }
 }
 
+/// An accepted connection and its peer's address, on its way to a thread.
+type Handed = (std::net::TcpStream, SocketAddr);
+
 /// Where [`hand_out`] sends a runtime thread its connections.
-pub type LaneSender = mpsc::UnboundedSender<std::net::TcpStream>;
+pub type LaneSender = mpsc::UnboundedSender<Handed>;
 
 /// A runtime thread's share of the listener's connections, as a listener.
 pub struct Lane {
-    connections: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    connections: mpsc::UnboundedReceiver<Handed>,
     addr: SocketAddr,
 }
 
@@ -57,15 +60,13 @@ impl axum::serve::Listener for Lane {
 
     async fn accept(&mut self) -> (TcpStream, SocketAddr) {
         loop {
-            let Some(connection) = self.connections.recv().await else {
+            let Some((connection, peer)) = self.connections.recv().await else {
                 // `hand_out` is gone: the process is stopping.
                 return std::future::pending().await;
             };
             // Registers the socket with this thread's reactor.
-            let connection =
-                TcpStream::from_std(connection).and_then(|c| c.peer_addr().map(|peer| (c, peer)));
-            match connection {
-                Ok(accepted) => return accepted,
+            match TcpStream::from_std(connection) {
+                Ok(connection) => return (connection, peer),
                 Err(e) => {
                     tracing::warn!(error = %e, "dropping a connection this thread could not take")
                 }
@@ -89,8 +90,8 @@ pub async fn hand_out(
     for (n, lane) in lanes.iter().enumerate().cycle() {
         // axum's accept retries and logs the errors a listener can hit
         // (a reset connection, too many open files).
-        let connection = tokio::select! {
-            (connection, _) = axum::serve::Listener::accept(&mut listener) => connection,
+        let (connection, peer) = tokio::select! {
+            accepted = axum::serve::Listener::accept(&mut listener) => accepted,
             _ = stop.wait_for(|stop| *stop) => return,
         };
         let connection = match connection.into_std() {
@@ -100,9 +101,9 @@ pub async fn hand_out(
                 continue;
             }
         };
-        if lane.send(connection).is_err() && !*stop.borrow() {
-            // A runtime thread ended while the replica serves: a third of
-            // its connections would now be dropped unanswered. Crash, so
+        if lane.send((connection, peer)).is_err() && !*stop.borrow() {
+            // A runtime thread ended while the replica serves: its share of
+            // the connections would now be dropped unanswered. Crash, so
             // the replica restarts whole (its leases are freed three
             // heartbeats later, as after any crash).
             tracing::error!(thread = n, "a runtime thread is gone; exiting");
