@@ -104,19 +104,26 @@ impl PostgresLedger {
     /// in one transaction of a few statements, however many turns they hold:
     /// shipping cost per turn falls as the load grows.
     pub async fn record_many(&self, batches: &[ShipBatch]) -> StoreResult<()> {
-        let batches: Vec<&ShipBatch> = batches.iter().filter(|b| !b.records.is_empty()).collect();
+        let mut batches: Vec<&ShipBatch> =
+            batches.iter().filter(|b| !b.records.is_empty()).collect();
         if batches.is_empty() {
             return Ok(());
         }
+        // Postgres locks rows in the order they arrive, and two replicas'
+        // shippers may hold the same sessions: in one global order (session
+        // key, then turnSeq) their transactions can wait on each other but
+        // never deadlock, whatever order the caller gathered them in.
+        batches.sort_by(|a, b| a.key.cmp(&b.key));
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // One statement per table whatever the batch size: each column goes
         // in as one array parameter and UNNEST turns them back into rows.
         // (A bind parameter per value cost the sidecar ~20k instructions
         // per shipped turn.)
-        let rows: Vec<(&SessionKey, &TurnRecord)> = batches
+        let mut rows: Vec<(&SessionKey, &TurnRecord)> = batches
             .iter()
             .flat_map(|b| b.records.iter().map(move |r| (&b.key, r)))
             .collect();
+        rows.sort_by(|(ka, a), (kb, b)| (ka, a.turn_seq).cmp(&(kb, b.turn_seq)));
         let texts = |f: for<'r> fn(&'r SessionKey, &'r TurnRecord) -> &'r str| -> Vec<&str> {
             rows.iter().map(|(k, r)| f(k, r)).collect()
         };

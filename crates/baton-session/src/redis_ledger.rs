@@ -56,16 +56,36 @@ pub struct RedisLedgerStore {
 impl RedisLedgerStore {
     /// Connects both stores and starts the shipper on the current runtime.
     pub async fn connect(redis_url: &str, database_url: &str) -> StoreResult<Self> {
+        let (store, woken) = Self::open(redis_url, database_url).await?;
+        tokio::spawn(store.clone().ship_forever(woken));
+        Ok(store)
+    }
+
+    /// Both stores with nobody shipping in the background: records stay in
+    /// Redis until [`ship`](Self::ship), [`ship_many`](Self::ship_many) or
+    /// [`sweep`](Self::sweep) is called. For tools and tests that ship by
+    /// hand and must know who shipped what; a replica uses [`connect`](Self::connect).
+    pub async fn connect_without_shipper(redis_url: &str, database_url: &str) -> StoreResult<Self> {
+        // Commits' wake-ups go to a closed channel and are dropped.
+        let (store, _woken) = Self::open(redis_url, database_url).await?;
+        Ok(store)
+    }
+
+    async fn open(
+        redis_url: &str,
+        database_url: &str,
+    ) -> StoreResult<(Self, mpsc::UnboundedReceiver<SessionKey>)> {
         let redis = RedisStore::connect(redis_url).await?;
         let ledger = PostgresLedger::connect(database_url).await?;
         let (wake, woken) = mpsc::unbounded_channel();
-        let store = Self {
-            redis,
-            ledger,
-            wake,
-        };
-        tokio::spawn(store.clone().ship_forever(woken));
-        Ok(store)
+        Ok((
+            Self {
+                redis,
+                ledger,
+                wake,
+            },
+            woken,
+        ))
     }
 
     /// Another handle on the same stores with a Redis connection of its own,
@@ -142,8 +162,8 @@ impl RedisLedgerStore {
     pub async fn sweep(&self) -> StoreResult<usize> {
         let mut shipped = 0;
         let mut keys = self.redis.sessions_with_logs().await?;
-        // In key order, as the woken path ships them: two shippers' ledger
-        // transactions then lock rows in the same order and cannot deadlock.
+        // In key order, as the woken path gathers them, so a chunk holds
+        // neighbouring sessions. (The ledger orders its row locks itself.)
         keys.sort();
         for chunk in keys.chunks(SESSIONS_PER_ROUND) {
             if let Ok(n) = self.ship_many(chunk).await {
