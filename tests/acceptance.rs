@@ -85,22 +85,27 @@ async fn continuity_across_replicas(stores: Stores) {
     }
     // Through the front door (round robin, like a Service): the same session
     // goes on wherever it lands.
+    // Until both replicas served it (round robin skips one that a slow
+    // probe found unready for a moment, so allow a few extra turns).
     let mut served = std::collections::BTreeSet::new();
-    for n in 5..=8 {
+    let mut version = 4;
+    while served.len() < 2 && version < 20 {
+        version += 1;
         let (status, body) = dev.chat("s-lin", "what is my name?").await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(
             (body["reply"].as_str(), body["stateVersion"].as_u64()),
-            (Some("Your name is Lin."), Some(n))
+            (Some("Your name is Lin."), Some(version))
         );
         served.insert(body["replica"].as_str().unwrap().to_owned());
     }
     assert_eq!(served.len(), 2, "the front door used both replicas");
     // The turn history reaches the view (on real stores, through the ledger shipper).
+    let turns = usize::try_from(version).unwrap();
     baton_testkit::poll_async(
         Duration::from_secs(10),
-        "8 turns in the session's history",
-        || async { (dev.session("s-lin").await["turns"].as_array()?.len() == 8).then_some(()) },
+        &format!("{turns} turns in the session's history"),
+        || async { (dev.session("s-lin").await["turns"].as_array()?.len() == turns).then_some(()) },
     )
     .await;
 }
@@ -157,8 +162,11 @@ async fn failover_after_kill_keeps_state_and_files(stores: Stores) {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["reply"], "Your name is Lin.");
     assert_eq!(body["stateVersion"], 4, "the killed turn committed nothing");
+    // About a second when the machine is quiet (the heartbeat TTL is 750 ms;
+    // `scripts/bench-sidecar` measures it); the bound leaves room for a loaded
+    // CI machine and still fails if the 30 s lease had to run out.
     assert!(
-        failover_ms < 3_000,
+        failover_ms < 10_000,
         "the session must be free within about a second (heartbeat), not after the 30 s lease TTL; took {failover_ms} ms"
     );
     let cut = long.await.unwrap();
@@ -425,13 +433,21 @@ async fn a_paused_holder_is_fenced_out(stores: Stores) {
         !notes.contains("/sleep"),
         "the fenced-out turn's files were never published:\n{notes}"
     );
-    let owners: Vec<_> = view["turns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["turnSeq"].clone())
-        .collect();
-    assert_eq!(owners, [json!(2), json!(1)]);
+    // On real stores the history comes through the ledger shipper, which
+    // may have been paused along with replica 0: wait for it.
+    baton_testkit::poll_async(
+        Duration::from_secs(10),
+        "turns 2 and 1 in the session's history",
+        || async {
+            let turns: Vec<_> = dev.session("s-pause").await["turns"]
+                .as_array()?
+                .iter()
+                .map(|t| t["turnSeq"].clone())
+                .collect();
+            (turns == [json!(2), json!(1)]).then_some(())
+        },
+    )
+    .await;
 }
 
 /// Takeover: a turn stuck on a SIGSTOPped replica blocks its session (a long

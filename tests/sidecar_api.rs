@@ -277,7 +277,7 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_agent_aborts_cleanly_and_metrics_count_outcomes() {
     let _one = serial().await;
-    let replica = Replica::start(&["--agent-timeout=1s"]).await;
+    let replica = Replica::start(&["--agent-timeout=3s"]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-1/turns", replica.url);
     let (status, _, _) = send(
@@ -292,7 +292,7 @@ async fn a_failing_agent_aborts_cleanly_and_metrics_count_outcomes() {
         (502, Some("AGENT_FAILED")),
         "{body}"
     );
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 3000" }))).await;
+    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 6000" }))).await;
     assert_eq!(
         (status, body["status"].as_str()),
         (504, Some("AGENT_TIMEOUT")),
@@ -497,14 +497,15 @@ async fn without_its_agent_a_replica_is_not_ready_and_turns_may_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_agent_call_cannot_write_into_later_turns() {
     let _one = serial().await;
-    let replica = Replica::start(&["--agent-timeout=1s"]).await;
+    let replica = Replica::start(&["--agent-timeout=3s"]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-z/turns", replica.url);
     let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "first" }))).await;
     assert_eq!(status, 200);
-    // The sidecar gives up after 1 s; the agent goes on and writes its
-    // notes at 2.5 s, into the directory it was given.
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 2500" }))).await;
+    // The sidecar gives up after 3 s; the agent goes on and writes its
+    // notes at 6 s, into the directory it was given. (Not shorter: the
+    // ordinary turns around it get the same timeout on a loaded machine.)
+    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 6000" }))).await;
     assert_eq!(
         (status, body["status"].as_str()),
         (504, Some("AGENT_TIMEOUT")),
@@ -522,7 +523,7 @@ async fn an_abandoned_agent_call_cannot_write_into_later_turns() {
                 .filter_map(Result::ok)
                 .any(|e| {
                     std::fs::read_to_string(e.path().join("notes.md"))
-                        .is_ok_and(|n| n.contains("/sleep 2500"))
+                        .is_ok_and(|n| n.contains("/sleep 6000"))
                 })
                 .then_some(())
         },

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod front_door;
+pub mod readiness;
 pub mod replica;
 
 use std::net::SocketAddr;
@@ -27,6 +28,7 @@ use tokio::sync::watch;
 
 pub use config::{DevArgs, DevCommand};
 use front_door::FrontDoor;
+use readiness::{Probe, ProbeHistory, Readiness};
 use replica::{Launcher, ReplicaSlot};
 
 /// How often each replica's readiness is probed.
@@ -178,6 +180,7 @@ async fn shutdown_signal() -> std::io::Result<()> {
 
 /// Probes one replica's `/readyz` until shutdown.
 async fn probe_forever(slot: Arc<ReplicaSlot>, stop: watch::Receiver<bool>) {
+    let mut history = ProbeHistory::default();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_millis(500))
         .build()
@@ -186,18 +189,20 @@ async fn probe_forever(slot: Arc<ReplicaSlot>, stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(PROBE_EVERY);
     while !*stop.borrow() {
         tick.tick().await;
-        let (ready, draining) = match http.get(&url).send().await {
-            Ok(r) if r.status().is_success() => (true, false),
-            Ok(r) => {
-                let draining = r
-                    .headers()
+        let probe = match http.get(&url).send().await {
+            Ok(r) if r.status().is_success() => Probe::Ready,
+            Ok(r)
+                if r.headers()
                     .get("x-baton-outcome")
-                    .is_some_and(|v| v == "DRAINING");
-                (false, draining)
+                    .is_some_and(|v| v == "DRAINING") =>
+            {
+                Probe::Draining
             }
-            Err(_) => (false, false),
+            Ok(_) | Err(_) => Probe::Failed,
         };
-        slot.set_probe(ready, draining);
+        if let Some(Readiness { ready, draining }) = history.observe(probe) {
+            slot.set_probe(ready, draining);
+        }
     }
 }
 

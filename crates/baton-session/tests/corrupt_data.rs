@@ -118,8 +118,9 @@ async fn redis_payload_never_expires_before_its_state() {
         }
         (times[0], times[1])
     };
-    // A state TTL shorter than the lease (60 s).
-    let short = std::time::Duration::from_millis(500);
+    // A state TTL shorter than the lease (60 s), and long enough to be still
+    // there when the expiries are read.
+    let short = std::time::Duration::from_secs(5);
     let begin = BeginRequest {
         state_ttl: short,
         ..begin_req(&k, &a, None)

@@ -27,6 +27,8 @@ use bytes::Bytes;
 struct Worker {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    /// Reads the worker's stdout into `lines` until the pipe closes.
+    reader: Option<std::thread::JoinHandle<()>>,
     killed: bool,
 }
 
@@ -40,7 +42,7 @@ impl Worker {
             .expect("worker starts");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (out, sink) = (child.stdout.take().unwrap(), lines.clone());
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
@@ -48,6 +50,7 @@ impl Worker {
         Self {
             child,
             lines,
+            reader: Some(reader),
             killed: false,
         }
     }
@@ -77,6 +80,16 @@ impl Worker {
         self.signal("-KILL");
         let _ = self.child.wait();
         self.killed = true;
+        self.read_to_the_end();
+    }
+
+    /// Every line the dead worker printed, in `lines`: a line it wrote just
+    /// before it died (an INTENT whose commit landed) may still be in the
+    /// pipe when the process is gone. The pipe ends with the process.
+    fn read_to_the_end(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
     }
 }
 
@@ -84,6 +97,7 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.read_to_the_end();
     }
 }
 

