@@ -22,7 +22,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::ids::{ReplicaId, SessionKey};
-use crate::ledger::{DurableCopy, PostgresLedger};
+use crate::ledger::{DurableCopy, LedgerSession, PostgresLedger};
 use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, ListQuery,
     ReplicaView, SessionPage, SessionView, TurnRecord,
@@ -223,6 +223,48 @@ impl RedisLedgerStore {
         let Some(known) = self.ledger.session(&req.key).await? else {
             return Ok(None);
         };
+        self.restore_from(req, &known, None).await
+    }
+
+    /// Checks a state Redis holds at `version` but has not vouched for since
+    /// it (re)started against the ledger. Redis acknowledges a commit before
+    /// its AOF reaches the disk (once a second), so after a crash it can come
+    /// back with an older state than clients were told about, and the
+    /// ledger may hold newer turns: building on the older state would hand
+    /// out versions a second time (G7). A state no older than the ledger's
+    /// is vouched for and used; an older one is replaced by the ledger's
+    /// durable copy, or refused with STATE_LOST when the ledger has none.
+    async fn check_against_ledger(
+        &self,
+        req: &BeginRequest,
+        version: u64,
+    ) -> StoreResult<Option<BeginOutcome>> {
+        self.ship(&req.key).await?;
+        let known = self.ledger.session(&req.key).await?;
+        match known {
+            Some(known)
+                if known.last_version > version
+                    || known.durable.as_ref().is_some_and(|d| d.version > version) =>
+            {
+                tracing::warn!(session = %req.key, redis_version = version, ledger_version = known.last_version,
+                    "Redis came back with an older state than the ledger's");
+                self.restore_from(req, &known, Some(version)).await
+            }
+            _ => {
+                self.redis.vouch(&req.key, version).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Writes the ledger's idea of the session back into Redis (over the
+    /// older state at version `replacing`, if any), or says why it cannot.
+    async fn restore_from(
+        &self,
+        req: &BeginRequest,
+        known: &LedgerSession,
+        replacing: Option<u64>,
+    ) -> StoreResult<Option<BeginOutcome>> {
         let idle = now_ms().saturating_sub(known.last_turn_at_ms);
         let expired = u128::from(idle) >= req.state_ttl.as_millis();
         // Version and turnSeq advance together, one per commit: a copy ahead
@@ -273,7 +315,7 @@ impl RedisLedgerStore {
         };
         let restored = self
             .redis
-            .restore(&known, &copy, turn_seq, req.state_ttl)
+            .restore(known, &copy, turn_seq, req.state_ttl, replacing)
             .await?;
         tracing::warn!(session = %req.key, version = copy.version, restored, expired, "session state restored from the ledger");
         Ok(None)
@@ -282,17 +324,34 @@ impl RedisLedgerStore {
 
 impl TurnStore for RedisLedgerStore {
     async fn begin(&self, req: &BeginRequest) -> StoreResult<BeginOutcome> {
-        if let RawBegin::Outcome(outcome) = self.redis.begin_with(req, OnMissing::Report).await? {
-            return Ok(outcome);
+        // Each pass settles one thing (a missing or an unvouched state); a
+        // session that keeps changing underneath gets a few more.
+        for _ in 0..4 {
+            match self.redis.begin_with(req, OnMissing::Report).await? {
+                RawBegin::Outcome(outcome) => return Ok(outcome),
+                RawBegin::Unverified { version } => {
+                    if let Some(refusal) = self.check_against_ledger(req, version).await? {
+                        return Ok(refusal);
+                    }
+                }
+                RawBegin::Missing => {
+                    if let Some(refusal) = self.recover(req).await? {
+                        return Ok(refusal);
+                    }
+                    // Restored, or new to the ledger too: begin for real.
+                    return match self.redis.begin_with(req, OnMissing::Create).await? {
+                        RawBegin::Outcome(outcome) => Ok(outcome),
+                        RawBegin::Missing | RawBegin::Unverified { .. } => {
+                            Err(StoreError::Corrupt("state missing after restore".into()))
+                        }
+                    };
+                }
+            }
         }
-        if let Some(refusal) = self.recover(req).await? {
-            return Ok(refusal);
-        }
-        // Restored, or new to the ledger too: begin for real.
-        match self.redis.begin_with(req, OnMissing::Create).await? {
-            RawBegin::Outcome(outcome) => Ok(outcome),
-            RawBegin::Missing => Err(StoreError::Corrupt("state missing after restore".into())),
-        }
+        Err(StoreError::Unavailable(format!(
+            "{}: the state kept changing while it was checked against the ledger",
+            req.key
+        )))
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> StoreResult<bool> {

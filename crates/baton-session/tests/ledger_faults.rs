@@ -327,6 +327,70 @@ async fn turns_survive_a_redis_restart_with_persistence() {
     assert_eq!(turn(&store, &k, &a, "t2").await, 2);
 }
 
+/// Redis acknowledges a commit before its persistence reaches the disk, so
+/// after a crash it can come back with an older state than the one clients
+/// were told about. Here it comes back from a snapshot taken at version 3,
+/// while turns 4 and 5 were committed and shipped: the next turn must build
+/// on version 5 from the ledger, never hand out version 4 a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
+    let mut redis = RedisServer::start();
+    let store = RedisLedgerStore::connect(&redis.url(), &ledgered::database())
+        .await
+        .unwrap();
+    let a = replica(&store, "a").await;
+    let (k, other) = (key("rewound"), key("untouched"));
+    turn(&store, &other, &a, "o1").await;
+    for i in 1..=3 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let () = ::redis::cmd("SAVE").query_async(&mut admin).await.unwrap();
+    let snapshot = redis.data_dir().join("dump.rdb");
+    let older = redis.data_dir().join("older.rdb");
+    std::fs::copy(&snapshot, &older).unwrap();
+    for i in 4..=5 {
+        turn(&store, &k, &a, &format!("t{i}")).await;
+    }
+    wait_for_ledger(store.ledger(), &k, 5).await;
+    wait_until_async(SHIPPED_WITHIN, "the ledger's copy of version 5", || async {
+        let known = store.ledger().session(&k).await.unwrap();
+        known
+            .and_then(|s| s.durable)
+            .is_some_and(|d| d.version == 5)
+    })
+    .await;
+    let fence_before = store.session(&k).await.unwrap().unwrap().fence;
+
+    redis.kill();
+    std::fs::copy(&older, &snapshot).unwrap();
+    redis.start_again();
+    let a = reconnected(&store, "a").await;
+    assert_eq!(
+        store.session(&k).await.unwrap().unwrap().version,
+        3,
+        "Redis came back with the older state"
+    );
+    let (lease, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref()),
+        (5, Some(&b"t5"[..])),
+        "the ledger's newer copy, not Redis's older one"
+    );
+    assert!(lease.fence > fence_before, "fences only grow");
+    assert_eq!(
+        store.commit(&commit_req(&lease, "t6", "r")).await.unwrap(),
+        CommitOutcome::Committed { version: 6 }
+    );
+    wait_for_ledger(store.ledger(), &k, 6).await;
+    // A session Redis kept whole is checked once and goes on as it was.
+    assert_eq!(turn(&store, &other, &a, "o2").await, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_back_after_its_state_ttl_keeps_counting() {
     let (_redis, store) = ledgered::store().await;

@@ -119,6 +119,13 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// Starts a killed server again, on the same port and data directory:
+    /// it loads whatever persistence files the directory holds then.
+    pub fn start_again(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
     /// Kills the server and leaves it down.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -11,6 +11,10 @@
 --                                               holder, expiry (ms, Redis
 --                                               clock), its turnSeq; its
 --                                               fence is `fence`
+--   run                                         the Redis run (INFO run_id)
+--                                               that vouched for this state:
+--                                               created, restored or checked
+--                                               it against the ledger
 --   i<turnSeq mod RESULTS_RETAINED>             "<turnSeq>\n<version>\n<reply>":
 --                                               a ring of idempotency records;
 --                                               a commit overwrites the slot of
@@ -24,8 +28,12 @@
 --       4 lease TTL ms,
 --       5 state TTL ms (at least the lease TTL), 6 dead owner or "",
 --       7 dead owner's fence or "", 8 "create" to start a session that has
---       no state, "report" to answer MISSING instead (the caller then asks
---       the ledger whether it was lost)
+--       no state, "report" (Redis with a ledger) to answer MISSING instead
+--       (the caller then asks the ledger whether it was lost), and to answer
+--       UNVERIFIED for a state this Redis run has not vouched for: after a
+--       restart Redis may have come back from disk with an older state than
+--       the one it acknowledged (AOF fsyncs once a second), and the caller
+--       checks it against the ledger before anyone builds on it
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
 -- Numbers are written as decimal integers with string.format('%d'): Redis
@@ -33,7 +41,7 @@
 local function int(n) return string.format('%d', n) end
 local state = KEYS[1]
 
-local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', ARGV[3], 'exp')
+local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', ARGV[3], 'exp', 'run')
 -- Counters that are present but not numbers mean corrupt data: refuse, never
 -- read them as 0 and overwrite.
 local version, fence, last = tonumber(s[1] or 0), tonumber(s[2] or 0), tonumber(s[3] or 0)
@@ -42,6 +50,13 @@ if not fence then return {'CORRUPT', 'fence'} end
 if not last then return {'CORRUPT', 'seq'} end
 -- Every state hash has a fence from its first grant on: none means no state.
 if not s[2] and ARGV[8] ~= 'create' then return {'MISSING'} end
+-- This run of Redis: changes with every restart (and failover).
+local function this_run() return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') end
+local run
+if s[2] and ARGV[8] == 'report' then
+  run = this_run()
+  if s[9] ~= run then return {'UNVERIFIED', version} end
+end
 
 local seq = tonumber(ARGV[2])
 if seq and seq <= last then
@@ -72,6 +87,8 @@ local till = now_ms + tonumber(ARGV[4])
 -- The state must not expire under a running turn: a grant refreshes its TTL
 -- when it would end before the lease (a renewal does the same).
 local exp = tonumber(s[8]) or 0
+-- A new session is vouched for by the run that creates it.
+if not s[2] then redis.call('HSET', state, 'run', run or this_run()) end
 if exp < till then
   exp = now_ms + tonumber(ARGV[5])
   redis.call('HSET', state, 'fence', int(fence), 'owner', ARGV[1], 'until', int(till), 'lseq', int(seq), 'exp', int(exp))

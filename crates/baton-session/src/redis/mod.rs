@@ -109,6 +109,7 @@ struct Scripts {
     abort: Script,
     revoke: Script,
     restore: Script,
+    vouch: Script,
     ack: Script,
 }
 
@@ -121,6 +122,7 @@ impl Scripts {
             abort: Script::new(include_str!("abort.lua")),
             revoke: Script::new(include_str!("revoke.lua")),
             restore: Script::new(include_str!("restore.lua")),
+            vouch: Script::new(include_str!("vouch.lua")),
             ack: Script::new(include_str!("ack.lua")),
         }
     }
@@ -131,13 +133,20 @@ impl Scripts {
 pub(crate) enum OnMissing {
     /// Start a new session (Redis alone, no ledger to ask).
     Create,
-    /// Answer [`RawBegin::Missing`] so the caller can ask the ledger.
+    /// Answer [`RawBegin::Missing`] so the caller can ask the ledger, and
+    /// [`RawBegin::Unverified`] for a state this Redis run has not vouched
+    /// for (it may have come back from disk older than the ledger).
     Report,
 }
 
 pub(crate) enum RawBegin {
     Outcome(BeginOutcome),
     Missing,
+    /// The session has state at `version` that no one has checked against
+    /// the ledger since Redis (re)started.
+    Unverified {
+        version: u64,
+    },
 }
 
 /// A `TurnStore` on Redis alone: a session with no state is new. See
@@ -309,6 +318,11 @@ impl RedisStore {
         };
         let outcome = match reply.text(0)?.as_str() {
             "MISSING" => return Ok(RawBegin::Missing),
+            "UNVERIFIED" => {
+                return Ok(RawBegin::Unverified {
+                    version: reply.num(1)?,
+                });
+            }
             "CORRUPT" => Err(corrupt(format!(
                 "{}: field {} is not a number",
                 req.key,
@@ -439,14 +453,16 @@ impl RedisStore {
     }
 
     /// Writes `copy` back as the session's state, with `turn_seq` as its
-    /// last turnSeq, unless the session has state again. True when it
-    /// restored.
+    /// last turnSeq, unless the session has state again (`replacing` None)
+    /// or its state is no longer at the older version `replacing`. True when
+    /// it restored.
     pub(crate) async fn restore(
         &self,
         known: &crate::ledger::LedgerSession,
         copy: &crate::ledger::DurableCopy,
         turn_seq: u64,
         state_ttl: Duration,
+        replacing: Option<u64>,
     ) -> StoreResult<bool> {
         let keys = SessionKeys::new(&known.key);
         let restored: i64 = self
@@ -462,10 +478,25 @@ impl RedisStore {
             .arg(&known.last_replica)
             .arg(known.last_turn_at_ms.to_string())
             .arg(millis(state_ttl))
+            .arg(replacing.map(|v| v.to_string()).unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
         Ok(restored == 1)
+    }
+
+    /// Marks the session's state, still at `version`, as checked against the
+    /// ledger by this Redis run. False when it changed meanwhile.
+    pub(crate) async fn vouch(&self, key: &SessionKey, version: u64) -> StoreResult<bool> {
+        let vouched: i64 = self
+            .scripts
+            .vouch
+            .key(SessionKeys::new(key).state)
+            .arg(version.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(vouched == 1)
     }
 
     /// For each of `keys`: up to `limit` unshipped turn records and the
@@ -623,8 +654,8 @@ impl TurnStore for RedisStore {
     async fn begin(&self, req: &BeginRequest) -> StoreResult<BeginOutcome> {
         match self.begin_with(req, OnMissing::Create).await? {
             RawBegin::Outcome(outcome) => Ok(outcome),
-            RawBegin::Missing => Err(corrupt(
-                "begin reported a missing state it was told to create",
+            RawBegin::Missing | RawBegin::Unverified { .. } => Err(corrupt(
+                "begin answered as if it had a ledger to ask (Redis alone has none)",
             )),
         }
     }
