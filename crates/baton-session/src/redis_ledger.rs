@@ -14,6 +14,13 @@
 //! anyway, under a new version (the last one + 1), so that a caller caching
 //! the last version's payload cannot mistake the reset for it (see
 //! `recover`).
+//!
+//! When Redis has state the ledger may know better: Redis acknowledges a
+//! commit before its AOF reaches the disk, so after a crash it can come
+//! back older than what it acknowledged. Each state records the Redis run
+//! (`run_id`) that vouched for it; the first begin of a session under a new
+//! run is checked against the ledger once (`check_against_ledger`), and an
+//! older state is replaced by the ledger's copy before anyone builds on it.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
