@@ -34,7 +34,7 @@ use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, ListQuery,
     ReplicaView, SessionPage, SessionView, TurnRecord,
 };
-use crate::redis::{OnMissing, RawBegin, RedisStore};
+use crate::redis::{LeaseRun, OnMissing, RawBegin, RedisStore};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore};
 use crate::turn_record::now_ms;
 
@@ -366,7 +366,7 @@ impl TurnStore for RedisLedgerStore {
     }
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
-        let outcome = self.redis.commit(req).await?;
+        let outcome = self.redis.commit_with(req, LeaseRun::ThisRun).await?;
         if matches!(outcome, CommitOutcome::Committed { .. }) {
             // Off the reply path; a lost wake-up is covered by the sweep.
             let _ = self.wake.send(req.lease.key.clone());

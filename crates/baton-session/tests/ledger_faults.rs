@@ -331,7 +331,8 @@ async fn turns_survive_a_redis_restart_with_persistence() {
 /// after a crash it can come back with an older state than the one clients
 /// were told about. Here it comes back from a snapshot taken at version 3,
 /// while turns 4 and 5 were committed and shipped: the next turn must build
-/// on version 5 from the ledger, never hand out version 4 a second time.
+/// on version 5 from the ledger, never hand out version 4 a second time, and
+/// a lease that was alive in the snapshot (taken over since) must not commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
     let mut redis = RedisServer::start();
@@ -344,6 +345,8 @@ async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
     for i in 1..=3 {
         turn(&store, &k, &a, &format!("t{i}")).await;
     }
+    // A turn running when the snapshot is taken, taken over afterwards.
+    let (stale, _) = granted(&store, &begin_req(&k, &a, None)).await;
     let mut admin = ::redis::Client::open(redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -353,6 +356,7 @@ async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
     let snapshot = redis.data_dir().join("dump.rdb");
     let older = redis.data_dir().join("older.rdb");
     std::fs::copy(&snapshot, &older).unwrap();
+    store.revoke(&k).await.unwrap();
     for i in 4..=5 {
         turn(&store, &k, &a, &format!("t{i}")).await;
     }
@@ -374,6 +378,14 @@ async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
         store.session(&k).await.unwrap().unwrap().version,
         3,
         "Redis came back with the older state"
+    );
+    // The stale lease is alive again in that state; it still cannot commit.
+    assert_eq!(
+        store
+            .commit(&commit_req(&stale, "zombie", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::LeaseLost
     );
     let (lease, state) = granted(&store, &begin_req(&k, &a, None)).await;
     assert_eq!(

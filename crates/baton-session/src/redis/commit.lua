@@ -11,7 +11,9 @@
 --       (i<turnSeq mod RESULTS_RETAINED>), 9 commit time (ms), 10 turnSeq,
 --       11 log TTL ms (longer than the state's: unshipped records must
 --       outlive a Postgres outage; every commit moves it on, so each record
---       lives that long after its own commit)
+--       lives that long after its own commit), 12 "this-run" (Redis with a
+--       ledger) to refuse a lease granted before Redis (re)started: the
+--       state it was granted on was vouched for by another run (begin.lua)
 -- Each redis.call costs a few microseconds of Lua glue, more than most
 -- commands themselves, so the script makes as few as it can: the lease is
 -- released by the HSET (an `until` of 0 is an expired lease to every
@@ -23,12 +25,13 @@
 local function int(n) return string.format('%d', n) end
 local state, log, payload, staged = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local s = redis.call('HMGET', state, 'version', 'fence', 'owner', 'until', 'lseq')
+local s = redis.call('HMGET', state, 'version', 'fence', 'owner', 'until', 'lseq', 'run')
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- The lease must be ours, unexpired, for this very turn (a caller cannot
--- move turnSeq).
-if not s[3] or s[2] ~= ARGV[1] or s[5] ~= ARGV[10] or (tonumber(s[4]) or 0) <= now_ms then
+-- move turnSeq), and granted by this run of Redis when there is a ledger.
+if not s[3] or s[2] ~= ARGV[1] or s[5] ~= ARGV[10] or (tonumber(s[4]) or 0) <= now_ms
+  or (ARGV[12] == 'this-run' and s[6] ~= string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')) then
   redis.call('DEL', staged)
   return {'LEASE_LOST'}
 end

@@ -139,6 +139,17 @@ pub(crate) enum OnMissing {
     Report,
 }
 
+/// Which leases `commit` accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseRun {
+    /// Any valid lease (Redis alone: nothing to check a state against).
+    Any,
+    /// Only one granted by this run of Redis (with a ledger): after a
+    /// restart Redis may have come back older, with a lease alive again in a
+    /// state the ledger has moved past (see `begin.lua`, UNVERIFIED).
+    ThisRun,
+}
+
 pub(crate) enum RawBegin {
     Outcome(BeginOutcome),
     Missing,
@@ -432,6 +443,81 @@ impl RedisStore {
         }
     }
 
+    /// `commit.lua`; a lease `accepted` refuses is LEASE_LOST.
+    pub(crate) async fn commit_with(
+        &self,
+        req: &CommitRequest,
+        accepted: LeaseRun,
+    ) -> StoreResult<CommitOutcome> {
+        crate::store::check_commit(req)?;
+        let keys = SessionKeys::new(&req.lease.key);
+        // Everything the script would otherwise compute in Lua is computed
+        // here; the commit time is this replica's clock.
+        let now_ms = turn_record::now_ms();
+        let record = serde_json::to_string(&turn_record::record(req, now_ms))
+            .map_err(|e| corrupt(format!("turn record: {e}")))?;
+        let new_version = req.expected_version + 1;
+        let turn_seq = req.lease.turn_seq;
+        let mut result = format!("{turn_seq}\n{new_version}\n").into_bytes();
+        result.extend_from_slice(&req.reply);
+        let mut invocation = self.scripts.commit.prepare_invoke();
+        let staged = keys.staged(req.lease.fence);
+        invocation
+            .key(&keys.state)
+            .key(&keys.log)
+            .key(&keys.payload)
+            .key(&staged)
+            .arg(req.lease.fence.to_string())
+            .arg(req.expected_version.to_string())
+            .arg(new_version.to_string())
+            .arg(req.workspace.clone().unwrap_or_default())
+            .arg(result)
+            .arg(millis(req.state_ttl))
+            .arg(record)
+            .arg(record_slot(turn_seq))
+            .arg(now_ms.to_string())
+            .arg(turn_seq.to_string())
+            .arg(millis(req.state_ttl).max(LOG_TTL_MS))
+            .arg(match accepted {
+                LeaseRun::Any => "",
+                LeaseRun::ThisRun => "this-run",
+            });
+        // Stage the payload with a plain SET and commit in the same round
+        // trip: the bulk data never passes through Lua. A failed commit
+        // deletes it; one whose script never ran leaves it for the state TTL
+        // plus STAGED_TTL_MS.
+        let ((), reply): ((), Vec<Value>) = self
+            .with_script(&self.scripts.commit, |pipe| {
+                pipe.pset_ex(
+                    &staged,
+                    req.payload.as_ref(),
+                    millis(req.state_ttl).saturating_add(STAGED_TTL_MS),
+                )
+                .invoke_script(&invocation);
+            })
+            .await?;
+        let reply = Reply(reply);
+        match reply.text(0)?.as_str() {
+            "COMMITTED" => Ok(CommitOutcome::Committed {
+                version: reply.num(1)?,
+            }),
+            "LEASE_LOST" => Ok(CommitOutcome::LeaseLost),
+            "CONFLICT" => Ok(CommitOutcome::Conflict {
+                current_version: reply.num(1)?,
+            }),
+            "CORRUPT" => Err(corrupt(format!(
+                "{}: field {} is not a number",
+                req.lease.key,
+                reply.text(1)?
+            ))),
+            "NOT_STAGED" => Err(StoreError::Unavailable(format!(
+                "{}: the staged payload vanished before the commit (Redis restarted?)",
+                req.lease.key
+            ))),
+            other => Err(corrupt(format!("commit answered {other:?}"))),
+        }
+    }
+
     /// `begin.lua`, plus the failover path: a holder whose heartbeat is gone
     /// is dead; its lease is taken over, but only if it is still the same lease.
     pub(crate) async fn begin_with(
@@ -676,69 +762,7 @@ impl TurnStore for RedisStore {
     }
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
-        crate::store::check_commit(req)?;
-        let keys = SessionKeys::new(&req.lease.key);
-        // Everything the script would otherwise compute in Lua is computed
-        // here; the commit time is this replica's clock.
-        let now_ms = turn_record::now_ms();
-        let record = serde_json::to_string(&turn_record::record(req, now_ms))
-            .map_err(|e| corrupt(format!("turn record: {e}")))?;
-        let new_version = req.expected_version + 1;
-        let turn_seq = req.lease.turn_seq;
-        let mut result = format!("{turn_seq}\n{new_version}\n").into_bytes();
-        result.extend_from_slice(&req.reply);
-        let mut invocation = self.scripts.commit.prepare_invoke();
-        let staged = keys.staged(req.lease.fence);
-        invocation
-            .key(&keys.state)
-            .key(&keys.log)
-            .key(&keys.payload)
-            .key(&staged)
-            .arg(req.lease.fence.to_string())
-            .arg(req.expected_version.to_string())
-            .arg(new_version.to_string())
-            .arg(req.workspace.clone().unwrap_or_default())
-            .arg(result)
-            .arg(millis(req.state_ttl))
-            .arg(record)
-            .arg(record_slot(turn_seq))
-            .arg(now_ms.to_string())
-            .arg(turn_seq.to_string())
-            .arg(millis(req.state_ttl).max(LOG_TTL_MS));
-        // Stage the payload with a plain SET and commit in the same round
-        // trip: the bulk data never passes through Lua. A failed commit
-        // deletes it; one whose script never ran leaves it for the state TTL
-        // plus STAGED_TTL_MS.
-        let ((), reply): ((), Vec<Value>) = self
-            .with_script(&self.scripts.commit, |pipe| {
-                pipe.pset_ex(
-                    &staged,
-                    req.payload.as_ref(),
-                    millis(req.state_ttl).saturating_add(STAGED_TTL_MS),
-                )
-                .invoke_script(&invocation);
-            })
-            .await?;
-        let reply = Reply(reply);
-        match reply.text(0)?.as_str() {
-            "COMMITTED" => Ok(CommitOutcome::Committed {
-                version: reply.num(1)?,
-            }),
-            "LEASE_LOST" => Ok(CommitOutcome::LeaseLost),
-            "CONFLICT" => Ok(CommitOutcome::Conflict {
-                current_version: reply.num(1)?,
-            }),
-            "CORRUPT" => Err(corrupt(format!(
-                "{}: field {} is not a number",
-                req.lease.key,
-                reply.text(1)?
-            ))),
-            "NOT_STAGED" => Err(StoreError::Unavailable(format!(
-                "{}: the staged payload vanished before the commit (Redis restarted?)",
-                req.lease.key
-            ))),
-            other => Err(corrupt(format!("commit answered {other:?}"))),
-        }
+        self.commit_with(req, LeaseRun::Any).await
     }
 
     async fn abort(&self, lease: &Lease) -> StoreResult<bool> {
