@@ -102,7 +102,7 @@ impl RedisLedgerStore {
     /// every handle's commits) stay shared.
     pub async fn with_own_redis_connection(&self, redis_url: &str) -> StoreResult<Self> {
         Ok(Self {
-            redis: RedisStore::connect(redis_url).await?,
+            redis: self.redis.another_connection(redis_url).await?,
             ledger: self.ledger.clone(),
             wake: self.wake.clone(),
         })
@@ -367,6 +367,11 @@ impl TurnStore for RedisLedgerStore {
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
         let outcome = self.redis.commit_with(req, LeaseRun::ThisRun).await?;
+        if outcome == CommitOutcome::LeaseLost {
+            // Perhaps granted on a stale idea of the Redis run: correct it
+            // before the client's retry begins again.
+            let _ = self.redis.refresh_run().await;
+        }
         if matches!(outcome, CommitOutcome::Committed { .. }) {
             // Off the reply path; a lost wake-up is covered by the sweep.
             let _ = self.wake.send(req.lease.key.clone());

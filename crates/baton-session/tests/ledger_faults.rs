@@ -336,12 +336,19 @@ async fn turns_survive_a_redis_restart_with_persistence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
     let mut redis = RedisServer::start();
-    let store = RedisLedgerStore::connect(&redis.url(), &ledgered::database())
+    let database = ledgered::database();
+    let store = RedisLedgerStore::connect(&redis.url(), &database)
+        .await
+        .unwrap();
+    // A client that will not heartbeat after the restart, so it goes on
+    // taking the old Redis run for the current one (see RunView).
+    let late = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
         .await
         .unwrap();
     let a = replica(&store, "a").await;
-    let (k, other) = (key("rewound"), key("untouched"));
+    let (k, other, behind) = (key("rewound"), key("untouched"), key("behind"));
     turn(&store, &other, &a, "o1").await;
+    turn(&store, &behind, &a, "b1").await;
     for i in 1..=3 {
         turn(&store, &k, &a, &format!("t{i}")).await;
     }
@@ -360,14 +367,16 @@ async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
     for i in 4..=5 {
         turn(&store, &k, &a, &format!("t{i}")).await;
     }
-    wait_for_ledger(store.ledger(), &k, 5).await;
-    wait_until_async(SHIPPED_WITHIN, "the ledger's copy of version 5", || async {
-        let known = store.ledger().session(&k).await.unwrap();
-        known
-            .and_then(|s| s.durable)
-            .is_some_and(|d| d.version == 5)
-    })
-    .await;
+    turn(&store, &behind, &a, "b2").await;
+    for (session, version) in [(&k, 5), (&behind, 2)] {
+        wait_until_async(SHIPPED_WITHIN, "the ledger's copy", || async {
+            let known = store.ledger().session(session).await.unwrap();
+            known
+                .and_then(|s| s.durable)
+                .is_some_and(|d| d.version == version)
+        })
+        .await;
+    }
     let fence_before = store.session(&k).await.unwrap().unwrap().fence;
 
     redis.kill();
@@ -401,6 +410,35 @@ async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
     wait_for_ledger(store.ledger(), &k, 6).await;
     // A session Redis kept whole is checked once and goes on as it was.
     assert_eq!(turn(&store, &other, &a, "o2").await, 2);
+
+    // The late client's stale idea of the run lets it be granted the older
+    // state, once; the commit asks Redis itself and refuses, and the client
+    // learns the run, so its next begin finds the ledger's copy.
+    let outcome = baton_testkit::poll_async(
+        Duration::from_secs(10),
+        "the late client to reach the restarted Redis",
+        || async { late.begin(&begin_req(&behind, &a, None)).await.ok() },
+    )
+    .await;
+    let BeginOutcome::Granted { lease, state } = outcome else {
+        panic!("expected a grant, got {outcome:?}");
+    };
+    assert_eq!(state.version, 1, "granted on the older state");
+    assert_eq!(
+        late.commit(&commit_req(&lease, "zombie", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::LeaseLost
+    );
+    let (lease, state) = granted(&late, &begin_req(&behind, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref()),
+        (2, Some(&b"b2"[..]))
+    );
+    assert_eq!(
+        late.commit(&commit_req(&lease, "b3", "r")).await.unwrap(),
+        CommitOutcome::Committed { version: 3 }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

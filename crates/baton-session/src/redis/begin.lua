@@ -33,7 +33,9 @@
 --       UNVERIFIED for a state this Redis run has not vouched for: after a
 --       restart Redis may have come back from disk with an older state than
 --       the one it acknowledged (AOF fsyncs once a second), and the caller
---       checks it against the ledger before anyone builds on it
+--       checks it against the ledger before anyone builds on it),
+--       9 the caller's idea of the current run (a hint; see RunView in
+--       redis/mod.rs: commit.lua asks Redis itself)
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
 -- Numbers are written as decimal integers with string.format('%d'): Redis
@@ -50,13 +52,7 @@ if not fence then return {'CORRUPT', 'fence'} end
 if not last then return {'CORRUPT', 'seq'} end
 -- Every state hash has a fence from its first grant on: none means no state.
 if not s[2] and ARGV[8] ~= 'create' then return {'MISSING'} end
--- This run of Redis: changes with every restart (and failover).
-local function this_run() return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') end
-local run
-if s[2] and ARGV[8] == 'report' then
-  run = this_run()
-  if s[9] ~= run then return {'UNVERIFIED', version} end
-end
+if s[2] and ARGV[8] == 'report' and s[9] ~= ARGV[9] then return {'UNVERIFIED', version} end
 
 local seq = tonumber(ARGV[2])
 if seq and seq <= last then
@@ -87,8 +83,11 @@ local till = now_ms + tonumber(ARGV[4])
 -- The state must not expire under a running turn: a grant refreshes its TTL
 -- when it would end before the lease (a renewal does the same).
 local exp = tonumber(s[8]) or 0
--- A new session is vouched for by the run that creates it.
-if not s[2] then redis.call('HSET', state, 'run', run or this_run()) end
+-- A new session is vouched for by the run that creates it. Asked of Redis,
+-- not taken from the hint: commit.lua compares it with the real run.
+if not s[2] then
+  redis.call('HSET', state, 'run', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
+end
 if exp < till then
   exp = now_ms + tonumber(ARGV[5])
   redis.call('HSET', state, 'fence', int(fence), 'owner', ARGV[1], 'until', int(till), 'lseq', int(seq), 'exp', int(exp))

@@ -5,11 +5,12 @@
 --       4 turnSeq, 5 highest fence the ledger saw, 6 last replica,
 --       7 updated at ms, 8 state TTL ms, 9 "" when the state is missing, or
 --       the older version it is to replace
+-- Answers this run's id when it restored, nil when it did not.
 if ARGV[9] == '' then
-  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 else
   local v = redis.call('HMGET', KEYS[1], 'version', 'fence')
-  if not v[2] or (v[1] or '0') ~= ARGV[9] then return 0 end
+  if not v[2] or (v[1] or '0') ~= ARGV[9] then return false end
   -- The older state goes whole: its lease (fenced out below), its
   -- idempotency records (turns the ledger knows better).
   redis.call('DEL', KEYS[1])
@@ -26,4 +27,4 @@ redis.call('HSET', KEYS[1], 'version', ARGV[1], 'ws', ARGV[3], 'seq', ARGV[4],
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
-return 1
+return run
