@@ -47,6 +47,16 @@ const SHIP_LINGER: Duration = Duration::from_millis(20);
 /// Most sessions shipped in one round.
 const SESSIONS_PER_ROUND: usize = 256;
 
+/// What the ledger makes of a session Redis has no state for.
+enum Recovery {
+    /// Refuse the turn with this (STATE_LOST).
+    Answer(BeginOutcome),
+    /// Restored from the ledger, or somebody changed the state first.
+    BeginAgain,
+    /// Unknown to the ledger too: a new session.
+    New,
+}
+
 #[derive(Default)]
 struct ShipRound {
     shipped: usize,
@@ -172,6 +182,9 @@ impl RedisLedgerStore {
         // In key order, as the woken path gathers them, so a chunk holds
         // neighbouring sessions. (The ledger orders its row locks itself.)
         keys.sort();
+        // SCAN may name a key twice; one session twice in a round would
+        // make the ledger's upsert touch its row twice, which Postgres refuses.
+        keys.dedup();
         for chunk in keys.chunks(SESSIONS_PER_ROUND) {
             if let Ok(n) = self.ship_many(chunk).await {
                 shipped += n;
@@ -222,15 +235,21 @@ impl RedisLedgerStore {
         }
     }
 
-    /// The ledger's answer for a session Redis has no state for.
-    async fn recover(&self, req: &BeginRequest) -> StoreResult<Option<BeginOutcome>> {
+    /// The ledger's answer for a session Redis (as run `judged_in`) has no
+    /// state for.
+    async fn recover(&self, req: &BeginRequest, judged_in: &str) -> StoreResult<Recovery> {
         // Records of this session still in Redis go to the ledger first, so
         // it is as current as it can be before it decides.
         self.ship(&req.key).await?;
         let Some(known) = self.ledger.session(&req.key).await? else {
-            return Ok(None);
+            return Ok(Recovery::New);
         };
-        self.restore_from(req, &known, None).await
+        Ok(
+            match self.restore_from(req, &known, None, judged_in).await? {
+                Some(answer) => Recovery::Answer(answer),
+                None => Recovery::BeginAgain,
+            },
+        )
     }
 
     /// Checks a state Redis holds at `version` but has not vouched for since
@@ -241,10 +260,12 @@ impl RedisLedgerStore {
     /// out versions a second time (G7). A state no older than the ledger's
     /// is vouched for and used; an older one is replaced by the ledger's
     /// durable copy, or refused with STATE_LOST when the ledger has none.
+    /// `None`: begin again.
     async fn check_against_ledger(
         &self,
         req: &BeginRequest,
         version: u64,
+        judged_in: &str,
     ) -> StoreResult<Option<BeginOutcome>> {
         self.ship(&req.key).await?;
         let known = self.ledger.session(&req.key).await?;
@@ -255,10 +276,11 @@ impl RedisLedgerStore {
             {
                 tracing::warn!(session = %req.key, redis_version = version, ledger_version = known.last_version,
                     "Redis came back with an older state than the ledger's");
-                self.restore_from(req, &known, Some(version)).await
+                self.restore_from(req, &known, Some(version), judged_in)
+                    .await
             }
             _ => {
-                self.redis.vouch(&req.key, version).await?;
+                self.redis.vouch(&req.key, version, judged_in).await?;
                 Ok(None)
             }
         }
@@ -266,11 +288,13 @@ impl RedisLedgerStore {
 
     /// Writes the ledger's idea of the session back into Redis (over the
     /// older state at version `replacing`, if any), or says why it cannot.
+    /// `None`: begin again (restored, or somebody changed the state first).
     async fn restore_from(
         &self,
         req: &BeginRequest,
         known: &LedgerSession,
         replacing: Option<u64>,
+        judged_in: &str,
     ) -> StoreResult<Option<BeginOutcome>> {
         let idle = now_ms().saturating_sub(known.last_turn_at_ms);
         let expired = u128::from(idle) >= req.state_ttl.as_millis();
@@ -322,7 +346,7 @@ impl RedisLedgerStore {
         };
         let restored = self
             .redis
-            .restore(known, &copy, turn_seq, req.state_ttl, replacing)
+            .restore(known, &copy, turn_seq, req.state_ttl, replacing, judged_in)
             .await?;
         tracing::warn!(session = %req.key, version = copy.version, restored, expired, "session state restored from the ledger");
         Ok(None)
@@ -336,23 +360,26 @@ impl TurnStore for RedisLedgerStore {
         for _ in 0..4 {
             match self.redis.begin_with(req, OnMissing::Report).await? {
                 RawBegin::Outcome(outcome) => return Ok(outcome),
-                RawBegin::Unverified { version } => {
-                    if let Some(refusal) = self.check_against_ledger(req, version).await? {
+                RawBegin::Unverified { version, run } => {
+                    if let Some(refusal) = self.check_against_ledger(req, version, &run).await? {
                         return Ok(refusal);
                     }
                 }
-                RawBegin::Missing => {
-                    if let Some(refusal) = self.recover(req).await? {
-                        return Ok(refusal);
+                RawBegin::Missing { run } => match self.recover(req, &run).await? {
+                    Recovery::Answer(refusal) => return Ok(refusal),
+                    Recovery::BeginAgain => {}
+                    // New to the ledger too: begin for real.
+                    Recovery::New => {
+                        return match self.redis.begin_with(req, OnMissing::Create).await? {
+                            RawBegin::Outcome(outcome) => Ok(outcome),
+                            RawBegin::Missing { .. } | RawBegin::Unverified { .. } => {
+                                Err(StoreError::Corrupt(
+                                    "begin reported a state it was told to create".into(),
+                                ))
+                            }
+                        };
                     }
-                    // Restored, or new to the ledger too: begin for real.
-                    return match self.redis.begin_with(req, OnMissing::Create).await? {
-                        RawBegin::Outcome(outcome) => Ok(outcome),
-                        RawBegin::Missing | RawBegin::Unverified { .. } => {
-                            Err(StoreError::Corrupt("state missing after restore".into()))
-                        }
-                    };
-                }
+                },
             }
         }
         Err(StoreError::Unavailable(format!(

@@ -51,8 +51,11 @@ if not version then return {'CORRUPT', 'version'} end
 if not fence then return {'CORRUPT', 'fence'} end
 if not last then return {'CORRUPT', 'seq'} end
 -- Every state hash has a fence from its first grant on: none means no state.
-if not s[2] and ARGV[8] ~= 'create' then return {'MISSING'} end
-if s[2] and ARGV[8] == 'report' and s[9] ~= ARGV[9] then return {'UNVERIFIED', version} end
+-- Both answers name the run that gave them (asked of Redis: they are rare):
+-- what the caller then writes from the ledger must land in that same run.
+local function this_run() return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') end
+if not s[2] and ARGV[8] ~= 'create' then return {'MISSING', this_run()} end
+if s[2] and ARGV[8] == 'report' and s[9] ~= ARGV[9] then return {'UNVERIFIED', version, this_run()} end
 
 local seq = tonumber(ARGV[2])
 if seq and seq <= last then
@@ -85,9 +88,7 @@ local till = now_ms + tonumber(ARGV[4])
 local exp = tonumber(s[8]) or 0
 -- A new session is vouched for by the run that creates it. Asked of Redis,
 -- not taken from the hint: commit.lua compares it with the real run.
-if not s[2] then
-  redis.call('HSET', state, 'run', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
-end
+if not s[2] then redis.call('HSET', state, 'run', this_run()) end
 if exp < till then
   exp = now_ms + tonumber(ARGV[5])
   redis.call('HSET', state, 'fence', int(fence), 'owner', ARGV[1], 'until', int(till), 'lseq', int(seq), 'exp', int(exp))

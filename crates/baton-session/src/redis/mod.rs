@@ -152,11 +152,15 @@ pub(crate) enum LeaseRun {
 
 pub(crate) enum RawBegin {
     Outcome(BeginOutcome),
-    Missing,
+    /// The session has no state; `run` is the Redis run that said so.
+    Missing {
+        run: String,
+    },
     /// The session has state at `version` that no one has checked against
-    /// the ledger since Redis (re)started.
+    /// the ledger since Redis (re)started as `run`.
     Unverified {
         version: u64,
+        run: String,
     },
 }
 
@@ -380,10 +384,17 @@ impl RedisStore {
             other => return Err(corrupt(format!("begin answered {other:?}"))),
         };
         let outcome = match reply.text(0)?.as_str() {
-            "MISSING" => return Ok(RawBegin::Missing),
+            "MISSING" => {
+                let run = reply.text(1)?;
+                self.run.set(run.clone());
+                return Ok(RawBegin::Missing { run });
+            }
             "UNVERIFIED" => {
+                let run = reply.text(2)?;
+                self.run.set(run.clone());
                 return Ok(RawBegin::Unverified {
                     version: reply.num(1)?,
+                    run,
                 });
             }
             "CORRUPT" => Err(corrupt(format!(
@@ -592,8 +603,9 @@ impl RedisStore {
 
     /// Writes `copy` back as the session's state, with `turn_seq` as its
     /// last turnSeq, unless the session has state again (`replacing` None)
-    /// or its state is no longer at the older version `replacing`. True when
-    /// it restored.
+    /// or its state is no longer at the older version `replacing`, or Redis
+    /// is no longer the run `judged_in` that showed the caller the state it
+    /// judged. True when it restored.
     pub(crate) async fn restore(
         &self,
         known: &crate::ledger::LedgerSession,
@@ -601,6 +613,7 @@ impl RedisStore {
         turn_seq: u64,
         state_ttl: Duration,
         replacing: Option<u64>,
+        judged_in: &str,
     ) -> StoreResult<bool> {
         let keys = SessionKeys::new(&known.key);
         let restored: Option<String> = self
@@ -617,6 +630,7 @@ impl RedisStore {
             .arg(known.last_turn_at_ms.to_string())
             .arg(millis(state_ttl))
             .arg(replacing.map(|v| v.to_string()).unwrap_or_default())
+            .arg(judged_in)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -635,14 +649,20 @@ impl RedisStore {
         }
     }
 
-    /// Marks the session's state, still at `version`, as checked against the
-    /// ledger by this Redis run. False when it changed meanwhile.
-    pub(crate) async fn vouch(&self, key: &SessionKey, version: u64) -> StoreResult<bool> {
+    /// Marks the session's state, still at `version` and still in the run
+    /// `judged_in`, as checked against the ledger. False when either changed.
+    pub(crate) async fn vouch(
+        &self,
+        key: &SessionKey,
+        version: u64,
+        judged_in: &str,
+    ) -> StoreResult<bool> {
         let vouched: Option<String> = self
             .scripts
             .vouch
             .key(SessionKeys::new(key).state)
             .arg(version.to_string())
+            .arg(judged_in)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -804,7 +824,7 @@ impl TurnStore for RedisStore {
     async fn begin(&self, req: &BeginRequest) -> StoreResult<BeginOutcome> {
         match self.begin_with(req, OnMissing::Create).await? {
             RawBegin::Outcome(outcome) => Ok(outcome),
-            RawBegin::Missing | RawBegin::Unverified { .. } => Err(corrupt(
+            RawBegin::Missing { .. } | RawBegin::Unverified { .. } => Err(corrupt(
                 "begin answered as if it had a ledger to ask (Redis alone has none)",
             )),
         }
@@ -1055,5 +1075,88 @@ mod tests {
         // An empty log or an empty batch drops nothing.
         assert_eq!(ack(vec![batch(&other, &[(7, 70)])]).await, [0]);
         assert_eq!(ack(vec![batch(&k, &[])]).await, [0]);
+    }
+
+    /// What the caller judged against the ledger was the state of one Redis
+    /// run: `vouch.lua` and `restore.lua` write nothing once Redis is another
+    /// run (it may have restarted older again in between), nor once the
+    /// state moved on; a restored or vouched state names the run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn vouch_and_restore_hold_only_in_the_run_that_was_judged() {
+        let server = baton_testkit::RedisServer::start();
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        let k = SessionKey::new("acme", "judged").unwrap();
+        let replica = ReplicaId::new("a").unwrap();
+        store
+            .heartbeat(&replica, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let this_run = store.run.get();
+        let run_of = |store: &RedisStore| {
+            let (store, k) = (store.clone(), k.clone());
+            async move {
+                let run: Option<String> = store
+                    .conn
+                    .clone()
+                    .hget(SessionKeys::new(&k).state, "run")
+                    .await
+                    .unwrap();
+                run
+            }
+        };
+        let known = crate::ledger::LedgerSession {
+            key: k.clone(),
+            last_version: 7,
+            last_turn_seq: 7,
+            last_fence: 70,
+            last_replica: "a".into(),
+            last_turn_at_ms: turn_record::now_ms(),
+            turn_count: 7,
+            durable: None,
+        };
+        let copy = crate::ledger::DurableCopy {
+            version: 7,
+            payload: Bytes::from_static(b"seven"),
+            workspace: None,
+        };
+        let restore = |replacing: Option<u64>, judged_in: &str| {
+            let (store, known, copy, judged_in) = (
+                store.clone(),
+                known.clone(),
+                copy.clone(),
+                judged_in.to_owned(),
+            );
+            async move {
+                store
+                    .restore(
+                        &known,
+                        &copy,
+                        7,
+                        Duration::from_secs(60),
+                        replacing,
+                        &judged_in,
+                    )
+                    .await
+                    .unwrap()
+            }
+        };
+
+        // Missing, judged in another run: nothing written.
+        assert!(!restore(None, "another-run").await);
+        assert_eq!(run_of(&store).await, None);
+        // Judged in this run: restored, and it says so.
+        assert!(restore(None, &this_run).await);
+        assert_eq!(run_of(&store).await.as_deref(), Some(this_run.as_str()));
+        // A state that exists is not restored over unless it is the older
+        // version the caller judged.
+        assert!(!restore(None, &this_run).await);
+        assert!(!restore(Some(3), &this_run).await);
+        assert!(!restore(Some(7), "another-run").await);
+        assert!(restore(Some(7), &this_run).await);
+
+        // Vouching: only the version and the run that were judged.
+        assert!(!store.vouch(&k, 7, "another-run").await.unwrap());
+        assert!(!store.vouch(&k, 6, &this_run).await.unwrap());
+        assert!(store.vouch(&k, 7, &this_run).await.unwrap());
     }
 }
