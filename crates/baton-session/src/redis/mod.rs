@@ -174,8 +174,9 @@ pub struct RedisStore {
 }
 
 /// This client's idea of the Redis run it talks to (`INFO` `run_id`, new
-/// with every restart), refreshed by every heartbeat and by the scripts that
-/// vouch for a state. Only a hint, which spares every begin an `INFO` (about
+/// with every restart), refreshed by every heartbeat, by every script answer
+/// that names the run (MISSING, UNVERIFIED, vouch, restore) and after a
+/// LEASE_LOST commit (`RedisLedgerStore::commit`). Only a hint, which spares every begin an `INFO` (about
 /// 10 µs of Redis CPU): `begin.lua` uses it to decide whether a state needs
 /// checking against the ledger, while `commit.lua` asks Redis itself, so a
 /// stale hint can waste a turn, never let one commit on an older state.
