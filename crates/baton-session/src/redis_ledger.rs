@@ -394,11 +394,6 @@ impl TurnStore for RedisLedgerStore {
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
         let outcome = self.redis.commit_with(req, LeaseRun::ThisRun).await?;
-        if outcome == CommitOutcome::LeaseLost {
-            // Perhaps granted on a stale idea of the Redis run: correct it
-            // before the client's retry begins again.
-            let _ = self.redis.refresh_run().await;
-        }
         if matches!(outcome, CommitOutcome::Committed { .. }) {
             // Off the reply path; a lost wake-up is covered by the sweep.
             let _ = self.wake.send(req.lease.key.clone());

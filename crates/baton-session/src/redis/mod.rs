@@ -176,20 +176,27 @@ pub struct RedisStore {
 /// This client's idea of the Redis run it talks to (`INFO` `run_id`, new
 /// with every restart), refreshed by every heartbeat, by every script answer
 /// that names the run (MISSING, UNVERIFIED, vouch, restore) and after a
-/// LEASE_LOST commit (`RedisLedgerStore::commit`). Only a hint, which spares every begin an `INFO` (about
-/// 10 µs of Redis CPU): `begin.lua` uses it to decide whether a state needs
+/// LEASE_LOST commit in this-run mode. Only a hint, which spares every
+/// begin an `INFO` (about 10 µs of Redis CPU): `begin.lua` uses it to decide whether a state needs
 /// checking against the ledger, while `commit.lua` asks Redis itself, so a
 /// stale hint can waste a turn, never let one commit on an older state.
-#[derive(Debug, Default)]
-struct RunView(std::sync::Mutex<String>);
+#[derive(Debug)]
+struct RunView(std::sync::Mutex<std::sync::Arc<str>>);
+
+impl Default for RunView {
+    fn default() -> Self {
+        Self(std::sync::Mutex::new("".into()))
+    }
+}
 
 impl RunView {
-    fn get(&self) -> String {
+    /// Read on every begin: a reference count, not a copy of the id.
+    fn get(&self) -> std::sync::Arc<str> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, run: String) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = run;
+    fn set(&self, run: &str) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = run.into();
     }
 }
 
@@ -299,6 +306,27 @@ fn parse_result(turn_seq: u64, stored: &[u8]) -> StoreResult<Option<TurnResult>>
 impl RedisStore {
     /// Connects (and reconnects on failure) to `url` (`redis://…`).
     pub async fn connect(url: &str) -> StoreResult<Self> {
+        let store = Self {
+            conn: Self::open(url).await?,
+            scripts: std::sync::Arc::new(Scripts::new()),
+            run: std::sync::Arc::default(),
+        };
+        store.refresh_run().await?;
+        Ok(store)
+    }
+
+    /// Another connection to the same Redis, sharing this one's scripts and
+    /// its idea of the Redis run (which the heartbeat, on one connection,
+    /// keeps current).
+    pub async fn another_connection(&self, url: &str) -> StoreResult<Self> {
+        Ok(Self {
+            conn: Self::open(url).await?,
+            scripts: self.scripts.clone(),
+            run: self.run.clone(),
+        })
+    }
+
+    async fn open(url: &str) -> StoreResult<ConnectionManager> {
         use redis::IntoConnectionInfo as _;
         // Without TCP_NODELAY (redis-rs leaves it off) a turn's commands
         // wait behind Nagle's algorithm whenever another turn's or the
@@ -312,35 +340,19 @@ impl RedisStore {
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(2)))
             .set_number_of_retries(1);
-        let conn = ConnectionManager::new_with_config(client, config)
+        ConnectionManager::new_with_config(client, config)
             .await
-            .map_err(unavailable)?;
-        let store = Self {
-            conn,
-            scripts: std::sync::Arc::new(Scripts::new()),
-            run: std::sync::Arc::default(),
-        };
-        store.refresh_run().await?;
-        Ok(store)
-    }
-
-    /// Another connection to the same Redis, sharing this one's idea of the
-    /// Redis run (which the heartbeat, on one connection, keeps current).
-    pub async fn another_connection(&self, url: &str) -> StoreResult<Self> {
-        Ok(Self {
-            run: self.run.clone(),
-            ..Self::connect(url).await?
-        })
+            .map_err(unavailable)
     }
 
     /// Asks Redis which run it is.
-    pub(crate) async fn refresh_run(&self) -> StoreResult<()> {
+    async fn refresh_run(&self) -> StoreResult<()> {
         let info: String = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        self.run.set(run_id(&info)?);
+        self.run.set(&run_id(&info)?);
         Ok(())
     }
 
@@ -367,7 +379,7 @@ impl RedisStore {
                 OnMissing::Create => "create",
                 OnMissing::Report => "report",
             })
-            .arg(self.run.get());
+            .arg(&*self.run.get());
         // Without a cached version the payload is fetched in the same round
         // trip; with one, only on a cache miss (a third round trip then).
         let fetch_payload = req.cached_version.is_none();
@@ -387,12 +399,12 @@ impl RedisStore {
         let outcome = match reply.text(0)?.as_str() {
             "MISSING" => {
                 let run = reply.text(1)?;
-                self.run.set(run.clone());
+                self.run.set(&run);
                 return Ok(RawBegin::Missing { run });
             }
             "UNVERIFIED" => {
                 let run = reply.text(2)?;
-                self.run.set(run.clone());
+                self.run.set(&run);
                 return Ok(RawBegin::Unverified {
                     version: reply.num(1)?,
                     run,
@@ -565,7 +577,14 @@ impl RedisStore {
             "COMMITTED" => Ok(CommitOutcome::Committed {
                 version: reply.num(1)?,
             }),
-            "LEASE_LOST" => Ok(CommitOutcome::LeaseLost),
+            "LEASE_LOST" => {
+                if accepted == LeaseRun::ThisRun {
+                    // Perhaps granted on a stale idea of the Redis run:
+                    // correct it before the client's retry begins again.
+                    let _ = self.refresh_run().await;
+                }
+                Ok(CommitOutcome::LeaseLost)
+            }
             "CONFLICT" => Ok(CommitOutcome::Conflict {
                 current_version: reply.num(1)?,
             }),
@@ -643,7 +662,7 @@ impl RedisStore {
     fn learn_run(&self, answer: Option<String>) -> bool {
         match answer {
             Some(run) => {
-                self.run.set(run);
+                self.run.set(&run);
                 true
             }
             None => false,
@@ -887,7 +906,7 @@ impl TurnStore for RedisStore {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        self.run.set(run_id(&info)?);
+        self.run.set(&run_id(&info)?);
         Ok(())
     }
 
@@ -1147,7 +1166,7 @@ mod tests {
         assert_eq!(run_of(&store).await, None);
         // Judged in this run: restored, and it says so.
         assert!(restore(None, &this_run).await);
-        assert_eq!(run_of(&store).await.as_deref(), Some(this_run.as_str()));
+        assert_eq!(run_of(&store).await.as_deref(), Some(&*this_run));
         // A state that exists is not restored over unless it is the older
         // version the caller judged.
         assert!(!restore(None, &this_run).await);
