@@ -405,7 +405,7 @@ fn default_max_unavailable() -> i32 {
 pub struct AgentDeploymentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready, Progressing, Degraded, DependenciesReady.
+    /// Ready, Progressing, Degraded and, with managed stores, StoresReady.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default)]
@@ -457,5 +457,7 @@ pub mod condition_types {
     pub const READY: &str = "Ready";
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
-    pub const DEPENDENCIES_READY: &str = "DependenciesReady";
+    /// Every managed store answers (its StatefulSet is ready, the bucket
+    /// exists). Present only when at least one store is managed.
+    pub const STORES_READY: &str = "StoresReady";
 }

@@ -31,6 +31,10 @@ pub mod annotations {
     /// Hash of the runtime configuration on the replica pod template, so a
     /// configuration change produces a new revision that the rollout replaces.
     pub const CONFIG_HASH: &str = "baton.dev/config-hash";
+    /// Hash of the object the operator last applied to a child (computed
+    /// before this annotation is added): an unchanged desired object is not
+    /// applied again, so a resync writes nothing.
+    pub const APPLIED_HASH: &str = "baton.dev/applied-hash";
     /// Prefix reserved for Baton's own annotations.
     pub const RESERVED_PREFIX: &str = "baton.dev/";
 }

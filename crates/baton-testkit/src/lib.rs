@@ -3,6 +3,8 @@
 //! sleeping.
 #![forbid(unsafe_code)]
 
+pub mod kube;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
