@@ -17,6 +17,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -47,6 +48,50 @@ pub enum ChildObject {
     StatefulSet(StatefulSet),
     Job(Job),
     PodDisruptionBudget(PodDisruptionBudget),
+}
+
+impl ChildObject {
+    /// The object's kind, as in its `kind` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::ServiceAccount(_) => "ServiceAccount",
+            Self::Secret(_) => "Secret",
+            Self::ConfigMap(_) => "ConfigMap",
+            Self::Service(_) => "Service",
+            Self::StatefulSet(_) => "StatefulSet",
+            Self::Job(_) => "Job",
+            Self::PodDisruptionBudget(_) => "PodDisruptionBudget",
+        }
+    }
+
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Self::ServiceAccount(o) => &o.metadata,
+            Self::Secret(o) => &o.metadata,
+            Self::ConfigMap(o) => &o.metadata,
+            Self::Service(o) => &o.metadata,
+            Self::StatefulSet(o) => &o.metadata,
+            Self::Job(o) => &o.metadata,
+            Self::PodDisruptionBudget(o) => &o.metadata,
+        }
+    }
+
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Self::ServiceAccount(o) => &mut o.metadata,
+            Self::Secret(o) => &mut o.metadata,
+            Self::ConfigMap(o) => &mut o.metadata,
+            Self::Service(o) => &mut o.metadata,
+            Self::StatefulSet(o) => &mut o.metadata,
+            Self::Job(o) => &mut o.metadata,
+            Self::PodDisruptionBudget(o) => &mut o.metadata,
+        }
+    }
+
+    /// The object's name (every built object has one).
+    pub fn name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or_default()
+    }
 }
 
 impl DesiredState {

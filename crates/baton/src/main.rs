@@ -72,6 +72,9 @@ enum Command {
     Sidecar(Box<baton_sidecar::SidecarArgs>),
     /// Run Baton on this machine: replicas, a front door, embedded stores.
     Dev(Box<baton_dev::DevArgs>),
+    /// Run the Kubernetes operator (reconciles AgentDeployments), or print
+    /// its RBAC with `baton operator rbac`.
+    Operator(Box<baton_operator::OperatorArgs>),
     /// Load-test a Baton URL (or an agent directly) and report turns/s,
     /// latency and outcomes; `--verify` checks no turn was lost or repeated.
     Bench(Box<baton_loadgen::BenchArgs>),
@@ -122,6 +125,19 @@ fn main() -> ExitCode {
         Command::Dev(args) => std::env::current_exe()
             .context("finding the baton binary to start replicas with")
             .and_then(|exe| block_on(baton_dev::run(*args, exe))),
+        Command::Operator(args) => match args.command {
+            Some(baton_operator::OperatorCommand::Rbac {
+                operator_namespace,
+                namespace,
+            }) => baton_operator::rbac::yaml(&baton_operator::rbac::RbacOptions {
+                operator_namespace: &operator_namespace,
+                watch_namespace: namespace.as_deref(),
+                without_rule: None,
+            })
+            .map_err(anyhow::Error::from)
+            .and_then(|yaml| write_stdout(&yaml)),
+            None => block_on(baton_operator::run(args.run)),
+        },
         Command::Bench(args) => {
             let json = args.json;
             block_on(baton_loadgen::run(*args)).and_then(|report| {

@@ -1,0 +1,279 @@
+//! Watch caches of every kind the operator owns, filled by the same watches
+//! that trigger reconciles. Children are found by the `managed-by` label;
+//! only StatefulSets, Jobs and Secrets are cached whole (their status or
+//! data matter), the rest as metadata.
+
+use std::fmt::Debug;
+
+use baton_api::constants::labels;
+use futures::{Stream, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::metrics::{KindLabel, Metrics};
+
+/// Where the operator looks: one namespace or all of them.
+#[derive(Clone, Debug)]
+pub enum Scope {
+    All,
+    Namespace(String),
+}
+
+impl Scope {
+    pub fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
+        match self {
+            Self::All => Api::all(client.clone()),
+            Self::Namespace(ns) => Api::namespaced(client.clone(), ns),
+        }
+    }
+}
+
+pub struct Caches {
+    pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
+    pub secrets: Store<Secret>,
+    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    pub services: Store<PartialObjectMeta<Service>>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub jobs: Store<Job>,
+    pub pod_disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
+    pub pods: Store<PartialObjectMeta<Pod>>,
+}
+
+type Watched<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
+
+/// The watch streams, to be polled by the controller.
+pub struct Streams {
+    pub service_accounts: Watched<PartialObjectMeta<ServiceAccount>>,
+    pub secrets: Watched<Secret>,
+    pub config_maps: Watched<PartialObjectMeta<ConfigMap>>,
+    pub services: Watched<PartialObjectMeta<Service>>,
+    pub stateful_sets: Watched<StatefulSet>,
+    pub jobs: Watched<Job>,
+    pub pod_disruption_budgets: Watched<PartialObjectMeta<PodDisruptionBudget>>,
+    pub pods: Watched<PartialObjectMeta<Pod>>,
+}
+
+fn children_config() -> watcher::Config {
+    watcher::Config::default()
+        .labels(&format!(
+            "{}={}",
+            labels::MANAGED_BY,
+            labels::MANAGED_BY_VALUE
+        ))
+        .any_semantic()
+}
+
+fn full<K>(client: &Client, scope: &Scope) -> (Store<K>, Watched<K>)
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(scope.api::<K>(client), children_config())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects()
+        .boxed();
+    (reader, stream)
+}
+
+fn metadata<K>(
+    client: &Client,
+    scope: &Scope,
+) -> (Store<PartialObjectMeta<K>>, Watched<PartialObjectMeta<K>>)
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    // An Api of PartialObjectMeta makes metadata-only requests.
+    let stream = watcher(scope.api::<PartialObjectMeta<K>>(client), children_config())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects()
+        .boxed();
+    (reader, stream)
+}
+
+pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
+    let (service_accounts, sa) = metadata::<ServiceAccount>(client, scope);
+    let (secrets, sec) = full::<Secret>(client, scope);
+    let (config_maps, cm) = metadata::<ConfigMap>(client, scope);
+    let (services, svc) = metadata::<Service>(client, scope);
+    let (stateful_sets, sts) = full::<StatefulSet>(client, scope);
+    let (jobs, job) = full::<Job>(client, scope);
+    let (pod_disruption_budgets, pdb) = metadata::<PodDisruptionBudget>(client, scope);
+    let (pods, pod) = metadata::<Pod>(client, scope);
+    (
+        Caches {
+            service_accounts,
+            secrets,
+            config_maps,
+            services,
+            stateful_sets,
+            jobs,
+            pod_disruption_budgets,
+            pods,
+        },
+        Streams {
+            service_accounts: sa,
+            secrets: sec,
+            config_maps: cm,
+            services: svc,
+            stateful_sets: sts,
+            jobs: job,
+            pod_disruption_budgets: pdb,
+            pods: pod,
+        },
+    )
+}
+
+fn key<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> ObjectRef<K> {
+    ObjectRef::new(name).within(namespace)
+}
+
+impl Caches {
+    /// Waits until every cache has been filled once.
+    pub async fn wait_until_ready(&self) {
+        // A dropped writer means the operator is shutting down; nothing to wait for.
+        let _ = tokio::join!(
+            self.service_accounts.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.stateful_sets.wait_until_ready(),
+            self.jobs.wait_until_ready(),
+            self.pod_disruption_budgets.wait_until_ready(),
+            self.pods.wait_until_ready(),
+        );
+    }
+
+    /// Metadata of the cached child of `kind`.
+    pub fn meta(&self, kind: &str, namespace: &str, name: &str) -> Option<ObjectMeta> {
+        match kind {
+            "ServiceAccount" => self
+                .service_accounts
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            "Secret" => self
+                .secrets
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            "ConfigMap" => self
+                .config_maps
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            "Service" => self
+                .services
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            "StatefulSet" => self
+                .stateful_sets
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            "Job" => self
+                .jobs
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            "PodDisruptionBudget" => self
+                .pod_disruption_budgets
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            _ => None,
+        }
+    }
+
+    /// Every cached child in `namespace`, with its kind.
+    pub fn children_in(&self, namespace: &str) -> Vec<(&'static str, ObjectMeta)> {
+        fn collect<K: Resource<DynamicType = ()> + Clone>(
+            out: &mut Vec<(&'static str, ObjectMeta)>,
+            kind: &'static str,
+            store: &Store<K>,
+            namespace: &str,
+        ) {
+            out.extend(
+                store
+                    .state()
+                    .iter()
+                    .filter(|o| Resource::meta(o.as_ref()).namespace.as_deref() == Some(namespace))
+                    .map(|o| (kind, Resource::meta(o.as_ref()).clone())),
+            );
+        }
+        let mut out = Vec::new();
+        collect(
+            &mut out,
+            "ServiceAccount",
+            &self.service_accounts,
+            namespace,
+        );
+        collect(&mut out, "Secret", &self.secrets, namespace);
+        collect(&mut out, "ConfigMap", &self.config_maps, namespace);
+        collect(&mut out, "Service", &self.services, namespace);
+        collect(&mut out, "StatefulSet", &self.stateful_sets, namespace);
+        collect(&mut out, "Job", &self.jobs, namespace);
+        collect(
+            &mut out,
+            "PodDisruptionBudget",
+            &self.pod_disruption_budgets,
+            namespace,
+        );
+        out
+    }
+
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Secret>> {
+        self.secrets.get(&key(namespace, name))
+    }
+
+    pub fn stateful_set(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<StatefulSet>> {
+        self.stateful_sets.get(&key(namespace, name))
+    }
+
+    pub fn job(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Job>> {
+        self.jobs.get(&key(namespace, name))
+    }
+
+    /// Publishes the cache sizes as the `watched_objects` gauge.
+    pub fn report(&self, metrics: &Metrics) {
+        let sizes = [
+            ("ServiceAccount", self.service_accounts.state().len()),
+            ("Secret", self.secrets.state().len()),
+            ("ConfigMap", self.config_maps.state().len()),
+            ("Service", self.services.state().len()),
+            ("StatefulSet", self.stateful_sets.state().len()),
+            ("Job", self.jobs.state().len()),
+            (
+                "PodDisruptionBudget",
+                self.pod_disruption_budgets.state().len(),
+            ),
+            ("Pod", self.pods.state().len()),
+        ];
+        for (kind, size) in sizes {
+            metrics
+                .watched
+                .get_or_create(&KindLabel { kind })
+                .set(i64::try_from(size).unwrap_or(i64::MAX));
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! `baton operator`: reconciles `AgentDeployment`s into replica
+//! StatefulSets, managed stores and status, on any Kubernetes cluster.
+//!
+//! The shape is the usual one for a controller: watches fill caches and
+//! trigger reconciles ([`caches`]); a reconcile reads the resource, validates
+//! it, gathers what exists, builds the desired children, applies what changed
+//! with server-side apply, prunes what is no longer desired and writes the
+//! status ([`reconcile`]). The decisions in the middle are pure functions
+//! ([`children`], [`status`], and the builders of `baton-resources`). Only
+//! the leader of a `coordination.k8s.io` Lease reconciles ([`leader`]).
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod caches;
+pub mod children;
+mod http;
+mod leader;
+pub mod metrics;
+pub mod rbac;
+pub mod reconcile;
+pub mod status;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context as _;
+use baton_api::AgentDeployment;
+use baton_api::constants::labels;
+use futures::StreamExt;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::error_boundary::DeserializeGuard;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use tracing::info;
+
+use crate::caches::Scope;
+use crate::metrics::Metrics;
+use crate::reconcile::Context;
+
+/// Flags and environment of `baton operator`.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct OperatorArgs {
+    #[command(subcommand)]
+    pub command: Option<OperatorCommand>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum OperatorCommand {
+    /// Print the operator's least-privilege RBAC (ServiceAccount, role,
+    /// binding) as YAML.
+    Rbac {
+        /// Namespace the operator runs in (its ServiceAccount and Lease).
+        #[arg(long, default_value = "baton-system")]
+        operator_namespace: String,
+        /// A Role for this namespace only (for `--namespace`), instead of a ClusterRole.
+        #[arg(long)]
+        namespace: Option<String>,
+    },
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Watch only this namespace; every namespace when not set.
+    #[arg(long, env = "BATON_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "BATON_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    pub metrics_listen: SocketAddr,
+    /// Kubeconfig file; the in-cluster configuration when not set.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Take part in leader election (turn off only when a single instance runs).
+    #[arg(long, env = "BATON_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader election Lease (the operator's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// Name of the leader election Lease.
+    #[arg(long, default_value = "baton-operator")]
+    pub leader_election_id: String,
+    /// This instance's identity in the Lease and in events; the pod name in a cluster.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Sidecar image for AgentDeployments that do not set spec.sidecar.image.
+    #[arg(long, env = "BATON_SIDECAR_IMAGE")]
+    pub sidecar_image: Option<String>,
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and no in-cluster configuration")?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+fn default_identity() -> String {
+    let host =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "baton".into());
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+/// Runs the operator until SIGTERM or Ctrl-C (Ok), or until it loses the
+/// leader Lease (Err: exit, and a restart rejoins the election, as client-go
+/// controllers do).
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(http::Health::default());
+    let listener = http::bind(args.metrics_listen).await?;
+    info!(address = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
+    tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
+
+    let version = client
+        .apiserver_version()
+        .await
+        .context("reaching the API server")?;
+    info!(version = %version.git_version, %identity, "connected to the API server");
+    health.ready.store(true, Ordering::Relaxed);
+
+    let controller = run_controller(client.clone(), &args, identity.clone(), metrics.clone());
+    if !args.leader_elect {
+        metrics.leader.set(1);
+        return tokio::select! {
+            result = controller => result,
+            () = shutdown_signal() => Ok(()),
+        };
+    }
+    leader::lead(
+        client,
+        &args.leader_election_namespace,
+        &args.leader_election_id,
+        &identity,
+        &metrics,
+        controller,
+    )
+    .await
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    info!("shutting down");
+}
+
+async fn run_controller(
+    client: Client,
+    args: &RunArgs,
+    identity: String,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let scope = match &args.namespace {
+        Some(ns) => Scope::Namespace(ns.clone()),
+        None => Scope::All,
+    };
+    let resources = scope.api::<DeserializeGuard<AgentDeployment>>(&client);
+    let (caches, streams) = caches::start(&client, &scope);
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "baton-operator".into(),
+            instance: Some(identity),
+        },
+    );
+    let ctx = Arc::new(Context {
+        client,
+        caches,
+        recorder,
+        metrics,
+        default_sidecar_image: args.sidecar_image.clone(),
+        verified: Default::default(),
+        failures: Default::default(),
+    });
+    info!(scope = ?scope, "reconciling AgentDeployments");
+    Controller::new(resources, watcher::Config::default().any_semantic())
+        .owns_stream(streams.service_accounts)
+        .owns_stream(streams.secrets)
+        .owns_stream(streams.config_maps)
+        .owns_stream(streams.services)
+        .owns_stream(streams.stateful_sets)
+        .owns_stream(streams.jobs)
+        .owns_stream(streams.pod_disruption_budgets)
+        // Pods belong to the StatefulSet, not to us: map them by their instance label.
+        .watches_stream(streams.pods, |pod| {
+            let namespace = pod.namespace()?;
+            let name = pod.labels().get(labels::INSTANCE)?.clone();
+            Some(ObjectRef::<DeserializeGuard<AgentDeployment>>::new(&name).within(&namespace))
+        })
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}

@@ -1,0 +1,591 @@
+//! One reconcile of one `AgentDeployment`: read → validate → gather → build
+//! → apply → prune → status. Only the edges talk to the API server; the
+//! middle (validation, building, the apply and prune decisions, the status)
+//! is pure and lives in `baton-api`, `baton-resources`, [`crate::children`]
+//! and [`crate::status`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_api::constants::secret_keys;
+use baton_api::validate::Dependency;
+use baton_api::{AgentDeployment, AgentDeploymentStatus, ValidAgentDeployment, condition_types};
+use baton_resources::Credentials;
+use baton_resources::meta::{App, selector_labels};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::error_boundary::{DeserializeGuard, InvalidObject};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use crate::apply;
+use crate::caches::Caches;
+use crate::children::{self, ChildKey, Verified};
+use crate::metrics::{Metrics, ResultLabel};
+use crate::status::{self, Observed, Problem, ReplicaObservation, StoreObservation};
+
+/// How often an unchanged, healthy resource is checked again (a check that
+/// finds nothing to do writes nothing).
+const RESYNC: Duration = Duration::from_secs(600);
+/// How soon a resource waiting for an external Secret is checked again.
+const WAIT_FOR_SECRET: Duration = Duration::from_secs(3);
+/// Backoff after a failed reconcile: doubles from the first to the cap.
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_CAP: Duration = Duration::from_secs(120);
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub caches: Caches,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// The sidecar image for resources that do not name one.
+    pub default_sidecar_image: Option<String>,
+    pub verified: Mutex<Verified>,
+    pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<AgentDeployment>>, u32>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    #[error("applying {child}: {source}")]
+    Apply {
+        child: ChildKey,
+        source: kube::Error,
+    },
+    #[error("pruning {child}: {source}")]
+    Prune {
+        child: ChildKey,
+        source: kube::Error,
+    },
+}
+
+/// The status time: whole seconds, as the API server stores it, so that a
+/// status read back compares equal to the one written.
+fn now() -> Time {
+    Time(Timestamp::from_second(Timestamp::now().as_second()).expect("now is a valid time"))
+}
+
+pub async fn reconcile(
+    object: Arc<DeserializeGuard<AgentDeployment>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.caches.wait_until_ready().await;
+    let result = match &object.0 {
+        Ok(agd) => reconcile_resource(agd, &ctx).await,
+        Err(invalid) => report_malformed(invalid, &ctx).await,
+    };
+    ctx.metrics
+        .reconcile_seconds
+        .observe(started.elapsed().as_secs_f64());
+    ctx.caches.report(&ctx.metrics);
+    let label = match &result {
+        Ok((_, outcome)) => *outcome,
+        Err(_) => "error",
+    };
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ResultLabel { result: label })
+        .inc();
+    if result.is_ok() {
+        ctx.failures
+            .lock()
+            .expect("failures lock")
+            .remove(&ObjectRef::from_obj(object.as_ref()));
+    }
+    result.map(|(action, _)| action)
+}
+
+/// Requeue with a backoff that doubles per consecutive failure.
+pub fn error_policy(
+    object: Arc<DeserializeGuard<AgentDeployment>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let failures = {
+        let mut failures = ctx.failures.lock().expect("failures lock");
+        let n = failures
+            .entry(ObjectRef::from_obj(object.as_ref()))
+            .or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = BACKOFF_FIRST
+        .saturating_mul(1 << failures.min(10).saturating_sub(1))
+        .min(BACKOFF_CAP);
+    warn!(
+        namespace = object.meta().namespace.as_deref().unwrap_or_default(),
+        name = object.meta().name.as_deref().unwrap_or_default(),
+        failures,
+        retry_in_ms = delay.as_millis() as u64,
+        "reconcile failed: {error}"
+    );
+    Action::requeue(delay)
+}
+
+async fn reconcile_resource(
+    agd: &AgentDeployment,
+    ctx: &Context,
+) -> Result<(Action, &'static str), Error> {
+    let namespace = agd.namespace().unwrap_or_default();
+    let name = agd.name_any();
+    let span =
+        tracing::info_span!("reconcile", %namespace, %name, generation = agd.metadata.generation);
+    let _entered = span.enter();
+    if agd.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes the children through their owner references.
+        return Ok((Action::await_change(), "unchanged"));
+    }
+
+    // validate
+    let mut valid = match baton_api::validate(agd) {
+        Ok(valid) => valid,
+        Err(errors) => {
+            let violations: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+            let problem = Problem::InvalidSpec(violations);
+            let observed = observe(agd, None, ctx, Some(problem));
+            write_status(agd, &observed, ctx).await?;
+            return Ok((Action::await_change(), "invalid"));
+        }
+    };
+    if valid.resource.spec.sidecar.image.is_none()
+        && let Some(image) = &ctx.default_sidecar_image
+    {
+        valid.sidecar_image = image.clone();
+    }
+
+    // gather
+    let credentials = managed_credentials(&valid, &namespace, &ctx.caches);
+    let missing_secrets = check_external_secrets(&valid, &namespace, &ctx.client).await?;
+
+    // build
+    let desired = baton_resources::build(&valid, &credentials).into_objects();
+    let desired_keys: BTreeSet<ChildKey> = desired.iter().map(ChildKey::of).collect();
+
+    // apply
+    let mut created = Vec::new();
+    let mut updated = Vec::new();
+    for object in desired {
+        let key = ChildKey::of(&object);
+        let live = ctx.caches.meta(key.kind, &namespace, &key.name);
+        let (object, hash) = children::with_applied_hash(object);
+        if !children::needs_apply(
+            live.as_ref(),
+            &hash,
+            &ctx.verified.lock().expect("verified lock"),
+        ) {
+            continue;
+        }
+        ctx.metrics.write("apply");
+        match apply::apply(&ctx.client, &namespace, &object).await {
+            Ok(applied) => {
+                ctx.verified.lock().expect("verified lock").record(&applied);
+                if live.is_none() {
+                    created.push(key)
+                } else {
+                    updated.push(key)
+                }
+            }
+            Err(source) => {
+                let error = Error::Apply { child: key, source };
+                report_apply_failure(agd, &valid, ctx, &error).await;
+                return Err(error);
+            }
+        }
+    }
+    let owner_uid = agd.uid().unwrap_or_default();
+    let live_children = ctx.caches.children_in(&namespace);
+    let prune = children::to_prune(
+        live_children.iter().map(|(kind, meta)| (*kind, meta)),
+        &owner_uid,
+        &desired_keys,
+    );
+    for key in &prune {
+        ctx.metrics.write("delete");
+        if let Err(source) = apply::delete(&ctx.client, &namespace, key).await {
+            let error = Error::Prune {
+                child: key.clone(),
+                source,
+            };
+            report_apply_failure(agd, &valid, ctx, &error).await;
+            return Err(error);
+        }
+    }
+    for (reason, keys) in [
+        ("Created", &created),
+        ("Updated", &updated),
+        ("Pruned", &prune),
+    ] {
+        if !keys.is_empty() {
+            let list: Vec<String> = keys.iter().map(ToString::to_string).collect();
+            info!(children = %list.join(", "), "{}", reason.to_lowercase());
+            publish(
+                ctx,
+                agd,
+                EventType::Normal,
+                reason,
+                "Reconcile",
+                list.join(", "),
+            )
+            .await;
+        }
+    }
+
+    // status
+    let problem =
+        (!missing_secrets.is_empty()).then_some(Problem::ExternalSecretMissing(missing_secrets));
+    let replicas_applied = updated
+        .iter()
+        .chain(&created)
+        .any(|k| k.kind == "StatefulSet" && k.name == valid.names.replicas());
+    let mut observed = observe(agd, Some(&valid), ctx, problem);
+    if replicas_applied && let Some(replicas) = observed.replicas.as_mut() {
+        // The cache still holds the template before this apply.
+        replicas.up_to_date = false;
+    }
+    let waiting_for_secret = observed.problem.is_some();
+    write_status(agd, &observed, ctx).await?;
+    let outcome = if created.is_empty() && updated.is_empty() && prune.is_empty() {
+        "unchanged"
+    } else {
+        "applied"
+    };
+    let action = if waiting_for_secret {
+        Action::requeue(WAIT_FOR_SECRET)
+    } else {
+        Action::requeue(RESYNC)
+    };
+    Ok((action, outcome))
+}
+
+/// Credentials of the managed stores, read back from their Secrets so a
+/// running database keeps its password; only missing ones are generated.
+fn managed_credentials(
+    valid: &ValidAgentDeployment,
+    namespace: &str,
+    caches: &Caches,
+) -> Credentials {
+    let data = |name: String| caches.secret(namespace, &name).and_then(|s| s.data.clone());
+    let redis = data(valid.names.redis());
+    let postgres = data(valid.names.postgres());
+    let minio = data(valid.names.minio());
+    Credentials::reuse_or_generate(redis.as_ref(), postgres.as_ref(), minio.as_ref())
+}
+
+/// Every external store Secret that is missing or lacks a key the sidecar
+/// reads, as messages naming the Secret and the key.
+async fn check_external_secrets(
+    valid: &ValidAgentDeployment,
+    namespace: &str,
+    client: &Client,
+) -> Result<Vec<String>, Error> {
+    let mut wanted: Vec<(String, Vec<String>, &str)> = Vec::new();
+    if let Dependency::External(e) = &valid.redis {
+        wanted.push((
+            e.secret_ref.name.clone(),
+            vec![e.secret_ref.url_key.clone()],
+            "redis",
+        ));
+    }
+    if let Dependency::External(e) = &valid.postgres {
+        wanted.push((
+            e.secret_ref.name.clone(),
+            vec![e.secret_ref.url_key.clone()],
+            "postgres",
+        ));
+    }
+    if let Dependency::External(e) = &valid.object_store {
+        let keys = [
+            secret_keys::ENDPOINT,
+            secret_keys::ACCESS_KEY_ID,
+            secret_keys::SECRET_ACCESS_KEY,
+        ];
+        wanted.push((
+            e.secret_ref.name.clone(),
+            keys.map(String::from).into(),
+            "objectStore",
+        ));
+    }
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut problems = Vec::new();
+    for (name, keys, dependency) in wanted {
+        match api.get_opt(&name).await? {
+            None => problems.push(format!(
+                "Secret {namespace}/{name} (spec.dependencies.{dependency}.external.secretRef) does not exist"
+            )),
+            Some(secret) => {
+                let data = secret.data.unwrap_or_default();
+                let strings = secret.string_data.unwrap_or_default();
+                for key in keys {
+                    if !data.contains_key(&key) && !strings.contains_key(&key) {
+                        problems.push(format!(
+                            "Secret {namespace}/{name} (spec.dependencies.{dependency}.external.secretRef) has no key {key:?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// What the status is computed from, read from the caches.
+fn observe(
+    agd: &AgentDeployment,
+    valid: Option<&ValidAgentDeployment>,
+    ctx: &Context,
+    problem: Option<Problem>,
+) -> Observed {
+    let namespace = agd.namespace().unwrap_or_default();
+    let names = baton_api::names::ChildNames::new(agd.name_any());
+    let replicas = ctx
+        .caches
+        .stateful_set(&namespace, &names.replicas())
+        .map(|sts| {
+            let status = sts.status.clone().unwrap_or_default();
+            ReplicaObservation {
+                up_to_date: status.observed_generation >= sts.metadata.generation,
+                replicas: status.replicas,
+                ready_replicas: status.ready_replicas.unwrap_or(0),
+                updated_replicas: status.updated_replicas.unwrap_or(0),
+                current_revision: status.current_revision,
+                update_revision: status.update_revision,
+            }
+        });
+    let mut stores = Vec::new();
+    if let Some(valid) = valid {
+        let store_ready = |name: &str| {
+            ctx.caches
+                .stateful_set(&namespace, name)
+                .and_then(|s| s.status.as_ref().and_then(|st| st.ready_replicas))
+                .unwrap_or(0)
+                >= 1
+        };
+        if matches!(valid.redis, Dependency::Managed(_)) {
+            stores.push(StoreObservation {
+                name: format!("redis (StatefulSet {})", valid.names.redis()),
+                ready: store_ready(&valid.names.redis()),
+            });
+        }
+        if matches!(valid.postgres, Dependency::Managed(_)) {
+            stores.push(StoreObservation {
+                name: format!("postgres (StatefulSet {})", valid.names.postgres()),
+                ready: store_ready(&valid.names.postgres()),
+            });
+        }
+        if matches!(valid.object_store, Dependency::Managed(_)) {
+            stores.push(StoreObservation {
+                name: format!("object store (StatefulSet {})", valid.names.minio()),
+                ready: store_ready(&valid.names.minio()),
+            });
+            let bucket_made = ctx
+                .caches
+                .job(&namespace, &valid.names.bucket_job())
+                .and_then(|j| j.status.as_ref().and_then(|s| s.succeeded))
+                .unwrap_or(0)
+                >= 1;
+            stores.push(StoreObservation {
+                name: format!("bucket (Job {})", valid.names.bucket_job()),
+                ready: bucket_made,
+            });
+        }
+    }
+    let selector = valid.map(|v| {
+        selector_labels(v, App::Agent)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    Observed {
+        generation: agd.metadata.generation,
+        desired_replicas: agd.spec.replicas,
+        selector,
+        problem,
+        replicas,
+        stores,
+    }
+}
+
+/// Writes the status computed from `observed` if it differs from the
+/// current one, and an event when a problem appears or changes.
+async fn write_status(
+    agd: &AgentDeployment,
+    observed: &Observed,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let previous = agd.status.as_ref();
+    let new = status::compute(observed, previous, &now());
+    announce_problem(agd, previous, observed, ctx).await;
+    if previous == Some(&new) {
+        return Ok(());
+    }
+    let api: Api<AgentDeployment> =
+        Api::namespaced(ctx.client.clone(), &agd.namespace().unwrap_or_default());
+    ctx.metrics.write("status");
+    api.patch_status(
+        &agd.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": new })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A Warning event for a problem that was not already reported in the
+/// status (the same problem on every resync would be noise).
+async fn announce_problem(
+    agd: &AgentDeployment,
+    previous: Option<&AgentDeploymentStatus>,
+    observed: &Observed,
+    ctx: &Context,
+) {
+    let Some(problem) = &observed.problem else {
+        return;
+    };
+    let degraded = status::find(previous, condition_types::DEGRADED);
+    let already = degraded.is_some_and(|c| {
+        c.status == "True" && c.reason == problem.reason() && c.message == problem.message()
+    });
+    if !already {
+        publish(
+            ctx,
+            agd,
+            EventType::Warning,
+            problem.reason(),
+            "Validate",
+            problem.message(),
+        )
+        .await;
+    }
+}
+
+async fn report_apply_failure(
+    agd: &AgentDeployment,
+    valid: &ValidAgentDeployment,
+    ctx: &Context,
+    error: &Error,
+) {
+    let observed = observe(
+        agd,
+        Some(valid),
+        ctx,
+        Some(Problem::ApplyFailed(error.to_string())),
+    );
+    publish(
+        ctx,
+        agd,
+        EventType::Warning,
+        "ApplyFailed",
+        "Reconcile",
+        error.to_string(),
+    )
+    .await;
+    // Best effort: the reconcile error is what drives the retry.
+    let previous = agd.status.as_ref();
+    let new = status::compute(&observed, previous, &now());
+    if previous != Some(&new) {
+        let api: Api<AgentDeployment> =
+            Api::namespaced(ctx.client.clone(), &agd.namespace().unwrap_or_default());
+        ctx.metrics.write("status");
+        let _ = api
+            .patch_status(
+                &agd.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": new })),
+            )
+            .await;
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    agd: &AgentDeployment,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        // Events cap notes at 1 kB.
+        note: Some(note.chars().take(1000).collect()),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    ctx.metrics.write("event");
+    if let Err(error) = ctx.recorder.publish(&event, &agd.object_ref(&())).await {
+        warn!("could not publish event {reason}: {error}");
+    }
+}
+
+/// An object the API server holds but that does not read as an
+/// `AgentDeployment` (written under a CRD version without validation, say):
+/// say so in its status and go on with the others.
+async fn report_malformed(
+    invalid: &InvalidObject,
+    ctx: &Context,
+) -> Result<(Action, &'static str), Error> {
+    let meta = &invalid.metadata;
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    warn!(%namespace, %name, "malformed AgentDeployment: {}", invalid.error);
+    let resource = ApiResource::erase::<AgentDeployment>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    let Some(current) = api.get_opt(&name).await? else {
+        return Ok((Action::await_change(), "invalid"));
+    };
+    let previous: Option<AgentDeploymentStatus> = current
+        .data
+        .get("status")
+        .and_then(|s| serde_json::from_value::<PreviousConditions>(s.clone()).ok())
+        .map(|p| AgentDeploymentStatus {
+            conditions: p.conditions,
+            ..AgentDeploymentStatus::default()
+        });
+    let problem = Problem::MalformedObject(invalid.error.clone());
+    let observed = Observed {
+        generation: meta.generation,
+        problem: Some(problem.clone()),
+        ..Observed::default()
+    };
+    let new = status::compute(&observed, previous.as_ref(), &now());
+    let unchanged = previous
+        .as_ref()
+        .is_some_and(|p| p.conditions == new.conditions);
+    if !unchanged {
+        let reference = current.object_ref(&resource);
+        let event = Event {
+            type_: EventType::Warning,
+            reason: problem.reason().to_owned(),
+            note: Some(problem.message().chars().take(1000).collect()),
+            action: "Validate".to_owned(),
+            secondary: None,
+        };
+        ctx.metrics.write("event");
+        if let Err(error) = ctx.recorder.publish(&event, &reference).await {
+            warn!("could not publish event: {error}");
+        }
+        ctx.metrics.write("status");
+        let patch = serde_json::json!({ "status": { "observedGeneration": meta.generation, "conditions": new.conditions } });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    Ok((Action::await_change(), "invalid"))
+}
+
+/// The part of a malformed object's status we can still read.
+#[derive(serde::Deserialize)]
+struct PreviousConditions {
+    #[serde(default)]
+    conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+}
