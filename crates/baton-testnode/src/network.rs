@@ -35,6 +35,14 @@ pub(crate) struct Sandbox {
     host_octet: u8,
 }
 
+impl Sandbox {
+    /// A short directory for the pod's Unix sockets: a socket path may not
+    /// exceed 107 bytes, which paths under a temporary work_dir do.
+    pub fn run_dir(&self) -> PathBuf {
+        Path::new(STATE_DIR).join(&self.netns)
+    }
+}
+
 impl NodeNetwork {
     /// Takes a free subnet number, creates the bridge and arranges for
     /// everything to be removed when this process exits.
@@ -116,6 +124,8 @@ impl NodeNetwork {
         )
         .await?;
         write_in_place(&etc.join("hosts"), &base_hosts())?;
+        let _ = tokio::fs::remove_dir_all(s.run_dir()).await;
+        tokio::fs::create_dir_all(s.run_dir()).await?;
         Ok(())
     }
 
@@ -127,6 +137,7 @@ impl NodeNetwork {
             tracing::debug!(netns = %s.netns, "netns del: {e:#}");
         }
         let _ = tokio::fs::remove_dir_all(netns_etc(&s.netns)).await;
+        let _ = tokio::fs::remove_dir_all(s.run_dir()).await;
         self.free.lock().expect("address pool").insert(s.host_octet);
     }
 
@@ -181,10 +192,11 @@ fn cleanup_script(index: u8) -> String {
     format!(
         "for ns in $(ip netns list | awk '{{print $1}}' | grep '^bt{index}-'); do \
            pids=$(ip netns pids \"$ns\"); [ -n \"$pids\" ] && kill -9 $pids; \
-           ip netns del \"$ns\"; rm -rf \"/etc/netns/$ns\"; \
+           ip netns del \"$ns\"; rm -rf \"/etc/netns/$ns\" \"{state}/$ns\"; \
          done; ip link del {bridge} 2>/dev/null; rm -f {owner}; true",
         bridge = bridge_name(index),
         owner = owner_file(index).display(),
+        state = STATE_DIR,
     )
 }
 

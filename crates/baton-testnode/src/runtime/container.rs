@@ -268,12 +268,17 @@ impl ContainerTask {
             .or_else(|| self.pod.metadata.name.clone())
             .unwrap_or_default();
         let container_dir = self.dirs.container(self.name());
+        let socket_dir = self.sandbox.run_dir().join(self.name());
+        if let Err(e) = std::fs::create_dir_all(&socket_dir) {
+            return Prepared::Config(format!("creating {}: {e}", socket_dir.display()));
+        }
         match launch::build(LaunchContext {
             runner: &runner,
             container: &self.spec,
             env: resolved,
             mounts: &mounts,
             container_dir: &container_dir,
+            socket_dir: &socket_dir,
             hostname: &hostname,
         }) {
             Ok(launch) => Prepared::Ready(Box::new((runner, launch))),

@@ -49,6 +49,8 @@ pub(crate) struct LaunchContext<'a> {
     pub mounts: &'a MountTable,
     /// The container's own directory (cwd, HOME, stand-in root filesystem).
     pub container_dir: &'a Path,
+    /// A short directory for the container's Unix sockets.
+    pub socket_dir: &'a Path,
     pub hostname: &'a str,
 }
 
@@ -154,7 +156,7 @@ pub(crate) fn build(ctx: LaunchContext<'_>) -> Result<Launch, String> {
                 cdir,
                 &lookup("PGDATA").unwrap_or_else(|| "/var/lib/postgresql/data".into()),
             );
-            let socket_dir = cdir.join("run");
+            let socket_dir = ctx.socket_dir.to_path_buf();
             let mut all: Vec<String> = command.into_iter().chain(args).collect();
             if all.first().is_some_and(|a| a.ends_with("postgres")) {
                 all.remove(0);
@@ -225,8 +227,14 @@ pub(crate) fn build(ctx: LaunchContext<'_>) -> Result<Launch, String> {
                     "-s3.port.lance=0".into(),
                     // Unix sockets live in the filesystem, which pods share:
                     // the defaults in /tmp would collide between two pods.
-                    format!("-filer.localSocket={}", cdir.join("filer.sock").display()),
-                    format!("-s3.localSocket={}", cdir.join("s3.sock").display()),
+                    format!(
+                        "-filer.localSocket={}",
+                        ctx.socket_dir.join("filer.sock").display()
+                    ),
+                    format!(
+                        "-s3.localSocket={}",
+                        ctx.socket_dir.join("s3.sock").display()
+                    ),
                 ],
             )
         }
@@ -408,6 +416,7 @@ mod tests {
                 .collect(),
             mounts: &mounts,
             container_dir: Path::new("/h/c"),
+            socket_dir: Path::new("/run/x/c"),
             hostname: "p-0",
         })
         .unwrap()
