@@ -95,9 +95,10 @@ impl ControlPlane {
     /// A client with the admin's rights.
     pub async fn admin_client(&self) -> kube::Client {
         let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).expect("admin kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .expect("kubeconfig loads");
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("kubeconfig loads");
         kube::Client::try_from(config).expect("client")
     }
 

@@ -399,7 +399,22 @@ impl Drop for S3Server {
 
 /// Polls `attempt` until it yields a value or `timeout` passes; panics with
 /// `what` then.
-pub async fn poll_async<T, F, Fut>(timeout: Duration, what: &str, mut attempt: F) -> T
+pub async fn poll_async<T, F, Fut>(timeout: Duration, what: &str, attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll_async_every(Duration::from_millis(10), timeout, what, attempt).await
+}
+
+/// [`poll_async`] with a pause of `interval` between attempts (for
+/// conditions read from an API server, where 10 ms would be load).
+pub async fn poll_async_every<T, F, Fut>(
+    interval: Duration,
+    timeout: Duration,
+    what: &str,
+    mut attempt: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -413,7 +428,7 @@ where
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

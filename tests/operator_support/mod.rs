@@ -1,0 +1,307 @@
+//! Shared by the operator tests: one real control plane per test binary
+//! (etcd, kube-apiserver with RBAC, kube-controller-manager), the CRD
+//! installed once, a namespace per test, and `baton operator` processes that
+//! run with a ServiceAccount token bound to exactly the RBAC that
+//! `baton operator rbac` generates.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use baton_api::AgentDeployment;
+use baton_testkit::kube::ControlPlane;
+use baton_testkit::{free_port, poll_async_every};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+
+pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
+pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// How long the tests wait for the operator to converge; generous for a
+/// loaded 2-core machine, never slept.
+pub const CONVERGE: Duration = Duration::from_secs(60);
+/// Pause between reads of the API server while waiting.
+pub const POLL: Duration = Duration::from_millis(100);
+
+static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
+
+/// The control plane of this test binary, with the CRD installed.
+pub fn control_plane() -> &'static ControlPlane {
+    CONTROL_PLANE.get_or_init(|| {
+        let cp = ControlPlane::start();
+        kubectl_ok(
+            &cp,
+            &["apply", "-f", &format!("{REPO}/manifests/crds/")],
+            None,
+        );
+        kubectl_ok(
+            &cp,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/agentdeployments.baton.dev",
+                "--timeout=60s",
+            ],
+            None,
+        );
+        cp
+    })
+}
+
+/// Runs kubectl; returns (success, stdout + stderr).
+pub fn kubectl(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    let mut cmd = cp.kubectl();
+    cmd.args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl runs");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("kubectl finishes");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+pub fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, out) = kubectl(cp, args, stdin);
+    assert!(ok, "kubectl {} failed:\n{out}", args.join(" "));
+    out
+}
+
+/// A fresh namespace for one test.
+pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
+    let name = format!("{prefix}-{:x}", rand_suffix());
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace created");
+    name
+}
+
+fn rand_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    h.finish() as u32
+}
+
+/// Applies the RBAC of `baton operator rbac` (optionally without rule
+/// `without_rule`) and returns a kubeconfig holding the ServiceAccount's token.
+pub fn operator_credentials(
+    cp: &ControlPlane,
+    operator_namespace: &str,
+    watch_namespace: Option<&str>,
+    without_rule: Option<usize>,
+) -> PathBuf {
+    let yaml = baton_operator::rbac::yaml(&baton_operator::rbac::RbacOptions {
+        operator_namespace,
+        watch_namespace,
+        without_rule,
+    })
+    .unwrap();
+    kubectl_ok(cp, &["apply", "-f", "-"], Some(&yaml));
+    let out = kubectl_ok(
+        cp,
+        &[
+            "create",
+            "token",
+            baton_operator::rbac::NAME,
+            "-n",
+            operator_namespace,
+            "--duration",
+            "2h",
+        ],
+        None,
+    );
+    let token = out.lines().last().expect("a token");
+    let name = format!(
+        "{operator_namespace}-{}",
+        without_rule
+            .map(|r| format!("without-{r}"))
+            .unwrap_or_else(|| "operator".into())
+    );
+    cp.token_kubeconfig(&name, token.trim())
+}
+
+/// One `baton operator` process. Killed when dropped; its log is printed
+/// when a test panics while it runs.
+pub struct Operator {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+    pub identity: String,
+}
+
+pub struct OperatorOptions<'a> {
+    pub kubeconfig: PathBuf,
+    pub watch_namespace: Option<&'a str>,
+    pub lease_namespace: &'a str,
+    pub identity: &'a str,
+}
+
+impl Operator {
+    pub fn start(cp: &ControlPlane, options: OperatorOptions<'_>) -> Self {
+        let log = cp.dir().join(format!("operator-{}.log", options.identity));
+        let file = std::fs::File::create(&log).unwrap();
+        let metrics_port = free_port();
+        let mut cmd = Command::new(BATON);
+        cmd.arg("operator")
+            .arg("--kubeconfig")
+            .arg(&options.kubeconfig)
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--leader-election-namespace", options.lease_namespace])
+            .args(["--identity", options.identity])
+            .env("RUST_LOG", "info,baton_operator=debug")
+            .env_remove("KUBECONFIG")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
+        if let Some(ns) = options.watch_namespace {
+            cmd.args(["--namespace", ns]);
+        }
+        let child = cmd.spawn().expect("baton operator starts");
+        Self {
+            child: Some(child),
+            log,
+            metrics_port,
+            identity: options.identity.to_owned(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// kill -9, as a node failure would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The operator's metrics text.
+    pub async fn metrics(&self) -> Option<String> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        reqwest::get(url).await.ok()?.text().await.ok()
+    }
+
+    /// Sum of one counter family (`baton_operator_api_writes_total`...).
+    pub async fn counter(&self, family: &str) -> f64 {
+        let text = self.metrics().await.unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(family))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub async fn writes(&self) -> f64 {
+        self.counter("baton_operator_api_writes_total").await
+    }
+
+    pub async fn is_leader(&self) -> bool {
+        self.metrics()
+            .await
+            .is_some_and(|m| m.lines().any(|l| l == "baton_operator_leader 1"))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- operator {} log ----\n{}",
+                self.identity,
+                self.log_text()
+            );
+        }
+        self.kill();
+    }
+}
+
+/// An operator for one namespace, with the namespaced RBAC.
+pub fn namespaced_operator(cp: &ControlPlane, ns: &str) -> Operator {
+    let kubeconfig = operator_credentials(cp, ns, Some(ns), None);
+    Operator::start(
+        cp,
+        OperatorOptions {
+            kubeconfig,
+            watch_namespace: Some(ns),
+            lease_namespace: ns,
+            identity: &format!("{ns}-op"),
+        },
+    )
+}
+
+/// Applies a manifest (YAML) into `ns` with kubectl.
+pub fn apply_yaml(cp: &ControlPlane, ns: &str, yaml: &str) {
+    kubectl_ok(cp, &["apply", "-n", ns, "-f", "-"], Some(yaml));
+}
+
+/// An example of `manifests/examples/`, without its namespace (each test
+/// has its own).
+pub fn example(name: &str) -> String {
+    let text = std::fs::read_to_string(format!("{REPO}/manifests/examples/{name}"))
+        .expect("example exists");
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("namespace:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Waits until the resource's status satisfies `check`; returns it.
+pub async fn wait_for_agd(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&AgentDeployment) -> bool,
+) -> AgentDeployment {
+    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), ns);
+    poll_async_every(POLL, CONVERGE, what, || {
+        let api = api.clone();
+        let check = &check;
+        async move { api.get_opt(name).await.ok().flatten().filter(|a| check(a)) }
+    })
+    .await
+}
+
+/// The condition of `type_` as (status, reason, message).
+pub fn condition(agd: &AgentDeployment, type_: &str) -> Option<(String, String, String)> {
+    agd.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+pub fn observed_current(agd: &AgentDeployment) -> bool {
+    agd.status.as_ref().and_then(|s| s.observed_generation) == agd.metadata.generation
+}
