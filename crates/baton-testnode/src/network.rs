@@ -23,7 +23,7 @@ const STATE_DIR: &str = "/run/baton-testnode";
 /// The per-node part: the bridge and the pool of pod addresses.
 pub(crate) struct NodeNetwork {
     index: u8,
-    free: Mutex<BTreeSet<u8>>,
+    free: Mutex<AddressPool>,
     watcher: Mutex<Option<std::process::Child>>,
 }
 
@@ -56,7 +56,7 @@ impl NodeNetwork {
         drop(lock);
         let network = Self {
             index,
-            free: Mutex::new((2..=254).collect()),
+            free: Mutex::new(AddressPool::default()),
             watcher: Mutex::new(None),
         };
         *network.watcher.lock().expect("watcher lock") = Some(network.watch_process_exit()?);
@@ -83,7 +83,7 @@ impl NodeNetwork {
             .free
             .lock()
             .expect("address pool")
-            .pop_first()
+            .take()
             .context("no free pod address on this node")?;
         let sandbox = Sandbox {
             netns: format!("bt{}-{octet}", self.index),
@@ -97,12 +97,18 @@ impl NodeNetwork {
         Ok(sandbox)
     }
 
+    fn veth(&self, s: &Sandbox) -> String {
+        format!("btv{}-{}", self.index, s.host_octet)
+    }
+
     async fn setup(&self, s: &Sandbox) -> anyhow::Result<()> {
-        let veth = format!("btv{}-{}", self.index, s.host_octet);
+        let veth = self.veth(s);
         let ns = s.netns.as_str();
         let ip = format!("{}/24", s.ip);
         let gateway = self.host_ip().to_string();
-        // A namespace left by a crash of this very node would make `add` fail.
+        // Leftovers of an earlier sandbox with this address would make
+        // `add` fail.
+        let _ = ip_cmd(&["link", "del", &veth]).await;
         let _ = ip_cmd(&["netns", "del", ns]).await;
         ip_cmd(&["netns", "add", ns]).await?;
         ip_cmd(&[
@@ -133,12 +139,19 @@ impl NodeNetwork {
     /// address to the pool.
     pub async fn destroy_sandbox(&self, s: &Sandbox) {
         kill_netns_processes(&s.netns);
+        // The kernel removes a namespace's devices asynchronously once the
+        // namespace is gone; deleting the veth pair now frees its name for
+        // the next sandbox at once.
+        let _ = ip_cmd(&["link", "del", &self.veth(s)]).await;
         if let Err(e) = ip_cmd(&["netns", "del", &s.netns]).await {
             tracing::debug!(netns = %s.netns, "netns del: {e:#}");
         }
         let _ = tokio::fs::remove_dir_all(netns_etc(&s.netns)).await;
         let _ = tokio::fs::remove_dir_all(s.run_dir()).await;
-        self.free.lock().expect("address pool").insert(s.host_octet);
+        self.free
+            .lock()
+            .expect("address pool")
+            .give_back(s.host_octet);
     }
 
     /// Shell commands that remove every namespace, process and the bridge
@@ -177,6 +190,41 @@ impl NodeNetwork {
             let _ = watcher.kill();
             let _ = watcher.wait();
         }
+    }
+}
+
+/// Pod addresses 10.244.N.2 to .254, handed out round-robin: an address
+/// is reused as late as possible, so a deleted pod's address does not turn
+/// up at once in another pod (and in stale hosts entries).
+struct AddressPool {
+    free: BTreeSet<u8>,
+    next: u8,
+}
+
+impl Default for AddressPool {
+    fn default() -> Self {
+        Self {
+            free: (2..=254).collect(),
+            next: 2,
+        }
+    }
+}
+
+impl AddressPool {
+    fn take(&mut self) -> Option<u8> {
+        let octet = self
+            .free
+            .range(self.next..)
+            .next()
+            .or_else(|| self.free.iter().next())
+            .copied()?;
+        self.free.remove(&octet);
+        self.next = octet.wrapping_add(1).max(2);
+        Some(octet)
+    }
+
+    fn give_back(&mut self, octet: u8) {
+        self.free.insert(octet);
     }
 }
 
@@ -309,4 +357,22 @@ pub(crate) fn write_in_place(path: &Path, contents: &str) -> std::io::Result<()>
     file.write_all(contents.as_bytes())?;
     file.set_len(contents.len() as u64)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_reused_as_late_as_possible() {
+        let mut pool = AddressPool::default();
+        assert_eq!(pool.take(), Some(2));
+        assert_eq!(pool.take(), Some(3));
+        pool.give_back(2);
+        assert_eq!(pool.take(), Some(4));
+        let rest: Vec<u8> = std::iter::from_fn(|| pool.take()).collect();
+        assert_eq!(rest.first(), Some(&5));
+        assert_eq!(rest.last(), Some(&2), "the returned address comes last");
+        assert_eq!(rest.len(), 251);
+    }
 }

@@ -147,9 +147,11 @@ async fn exec(target: &ProbeTarget, e: &ExecAction, timeout: Duration) -> Result
     let Some((program, args)) = argv.split_first() else {
         return Err("exec action without a command".into());
     };
+    // Paths in the command are the container's, like the process's args.
+    let mounts = &target.launch.mounts;
     let launch = Launch {
-        program: program.clone(),
-        args: args.to_vec(),
+        program: mounts.translate(program),
+        args: args.iter().map(|a| mounts.translate(a)).collect(),
         user: None,
         setup: None,
         ..target.launch.clone()

@@ -234,9 +234,11 @@ fn redis_ping(ip: IpAddr, password: Option<&str>) -> String {
 }
 
 /// A tiny HTTP server on port 8080: answers its HOSTNAME, prints
-/// "prestop" when /prestop is asked, "sigterm" (and exits 0) on SIGTERM.
+/// "prestop" when /prestop is asked, "sigterm" (and exits 0) on SIGTERM,
+/// and answers /resolve/NAME with the address NAME resolves to (from this
+/// long-running process, whose /etc/hosts was bind-mounted at its start).
 const PY_SERVER: &str = r#"
-import http.server, os, signal, sys
+import http.server, os, signal, socket, sys
 def term(*_):
     print("sigterm", flush=True)
     sys.exit(0)
@@ -245,9 +247,15 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/prestop":
             print("prestop", flush=True)
+        body = os.environ["HOSTNAME"]
+        if self.path.startswith("/resolve/"):
+            try:
+                body = socket.gethostbyname(self.path[len("/resolve/"):])
+            except OSError:
+                body = "unresolved"
         self.send_response(200)
         self.end_headers()
-        self.wfile.write(os.environ["HOSTNAME"].encode())
+        self.wfile.write(body.encode())
     def log_message(self, *args):
         pass
 print("serving", flush=True)
@@ -269,11 +277,15 @@ fn py_pod_spec() -> serde_json::Value {
 }
 
 async fn http_get(ip: IpAddr, port: u16) -> Option<String> {
+    http_get_path(ip, port, "/").await
+}
+
+async fn http_get_path(ip: IpAddr, port: u16, path: &str) -> Option<String> {
     let response = reqwest::Client::builder()
         .no_proxy()
         .build()
         .ok()?
-        .get(format!("http://{ip}:{port}/"))
+        .get(format!("http://{ip}:{port}{path}"))
         .timeout(Duration::from_secs(2))
         .send()
         .await
@@ -604,7 +616,7 @@ fn two_pods_listen_on_the_same_port() {
                 Some(&ns),
                 json!({
                     "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name},
+                    "metadata": {"name": name, "labels": {"side": name}},
                     "spec": py_pod_spec(),
                 }),
             )
@@ -615,6 +627,127 @@ fn two_pods_listen_on_the_same_port() {
             let ip = fx.node.pod_ip(&ns, name).expect("IP");
             assert_eq!(http_get(ip, 8080).await.as_deref(), Some(name));
         }
+
+        // A Service created after the pods started resolves in their
+        // running processes: the hosts file is rewritten in place.
+        let left = fx.node.pod_ip(&ns, "left").unwrap();
+        let right = fx.node.pod_ip(&ns, "right").unwrap().to_string();
+        assert_eq!(
+            http_get_path(left, 8080, "/resolve/right-svc")
+                .await
+                .as_deref(),
+            Some("unresolved")
+        );
+        fx.apply::<Service>(
+            Some(&ns),
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "right-svc"},
+                "spec": {"selector": {"side": "right"}, "ports": [{"port": 8080}]},
+            }),
+        )
+        .await;
+        fx.wait(
+            &ns,
+            "right-svc to resolve inside left",
+            Duration::from_secs(20),
+            || async {
+                let answer =
+                    http_get_path(left, 8080, "/resolve/right-svc.ports.svc.cluster.local").await?;
+                (answer == right).then_some(())
+            },
+        )
+        .await;
+    });
+}
+
+#[test]
+fn probes_drive_readiness_and_a_failing_liveness_probe_restarts_the_container() {
+    let fx = fixture();
+    run(async {
+        let ns = fx.namespace("probes").await;
+        let exec = |args: &[&str]| json!({"exec": {"command": args}, "periodSeconds": 1, "failureThreshold": 2});
+        fx.apply::<Pod>(
+            Some(&ns),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "probed"},
+                "spec": {
+                    "containers": [{
+                        "name": "main",
+                        "image": SHELL_IMAGE,
+                        "command": ["sleep", "3600"],
+                        "startupProbe": exec(&["true"]),
+                        "readinessProbe": exec(&["test", "-e", "/state/ready"]),
+                        "livenessProbe": exec(&["test", "!", "-e", "/state/dead"]),
+                        "volumeMounts": [{"name": "state", "mountPath": "/state"}],
+                    }],
+                    "volumes": [{"name": "state", "emptyDir": {}}],
+                },
+            }),
+        )
+        .await;
+        let pod = fx
+            .wait(
+                &ns,
+                "the container started",
+                Duration::from_secs(30),
+                || async {
+                    let pod = fx.pod(&ns, "probed").await?;
+                    let started = pod
+                        .status
+                        .as_ref()?
+                        .container_statuses
+                        .as_ref()?
+                        .first()?
+                        .started?;
+                    started.then_some(pod)
+                },
+            )
+            .await;
+        assert!(
+            !is_ready(&pod),
+            "not ready before the readiness file exists"
+        );
+        let state = fx.work_dir.path().join(format!(
+            "pods/{ns}_probed/{}/volumes/state",
+            pod.metadata.uid.unwrap()
+        ));
+        std::fs::write(state.join("ready"), "").unwrap();
+        fx.wait_ready(&ns, "probed").await;
+
+        std::fs::write(state.join("dead"), "").unwrap();
+        let pod = fx
+            .wait(
+                &ns,
+                "a restart after the liveness probe failed",
+                Duration::from_secs(30),
+                || async {
+                    let pod = fx.pod(&ns, "probed").await?;
+                    let status = pod
+                        .status
+                        .as_ref()?
+                        .container_statuses
+                        .as_ref()?
+                        .first()?
+                        .clone();
+                    (status.restart_count >= 1).then_some(status)
+                },
+            )
+            .await;
+        std::fs::remove_file(state.join("dead")).unwrap();
+        let last = pod
+            .last_state
+            .and_then(|s| s.terminated)
+            .expect("lastState.terminated");
+        assert!(
+            last.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("Liveness probe failed"),
+            "{last:?}"
+        );
+        fx.wait_ready(&ns, "probed").await;
     });
 }
 
@@ -734,4 +867,110 @@ fn unowned<T: Serialize>(object: &T) -> serde_json::Value {
         meta.remove("ownerReferences");
     }
     value
+}
+
+/// Everything `baton_resources::build` renders for the `minimal` example
+/// (stores, bucket Job, the replica StatefulSet with the sidecar and the
+/// reference agent) runs on the node: a conversation continues across the
+/// two replicas, and a deleted replica drains (preStop on the sidecar),
+/// stops and comes back.
+#[test]
+fn a_whole_agent_deployment_serves_turns_across_replicas() {
+    let fx = fixture();
+    assert!(
+        baton_testnode::locate_baton_binary().is_some(),
+        "this test runs the baton binary: cargo build -p baton --bin baton (or set BATON_BIN)"
+    );
+    run(async {
+        let ns = fx.namespace("system").await;
+        let yaml = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../manifests/examples/minimal.yaml"),
+        )
+        .expect("example manifest");
+        let mut agd = baton_api::parse::from_yaml(&yaml).expect("example parses");
+        agd.metadata.namespace = Some(ns.clone());
+        let agd = baton_api::validate(&agd).expect("example is valid");
+        let creds = baton_resources::Credentials {
+            redis_password: "redis-pw".into(),
+            postgres_password: "pg-pw".into(),
+            object_store_access_key_id: "baton-access".into(),
+            object_store_secret_access_key: "baton-secret".into(),
+        };
+        let replicas = agd.names.replicas();
+        for object in baton_resources::build(&agd, &creds).into_objects() {
+            use baton_resources::ChildObject as O;
+            let ns = Some(ns.as_str());
+            match &object {
+                O::ServiceAccount(o) => drop(
+                    fx.apply::<k8s_openapi::api::core::v1::ServiceAccount>(ns, unowned(o))
+                        .await,
+                ),
+                O::Secret(o) => drop(fx.apply::<Secret>(ns, unowned(o)).await),
+                O::ConfigMap(o) => drop(
+                    fx.apply::<k8s_openapi::api::core::v1::ConfigMap>(ns, unowned(o))
+                        .await,
+                ),
+                O::Service(o) => drop(fx.apply::<Service>(ns, unowned(o)).await),
+                O::StatefulSet(o) => drop(fx.apply::<StatefulSet>(ns, unowned(o)).await),
+                O::Job(o) => drop(fx.apply::<Job>(ns, unowned(o)).await),
+                O::PodDisruptionBudget(o) => drop(
+                    fx.apply::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(ns, unowned(o))
+                        .await,
+                ),
+            }
+        }
+        let pod0 = format!("{replicas}-0");
+        let pod1 = format!("{replicas}-1");
+        fx.wait_ready(&ns, &pod0).await;
+        fx.wait_ready(&ns, &pod1).await;
+
+        let chat = |pod: String, input: &'static str| {
+            let ip = fx.node.pod_ip(&ns, &pod).expect("replica IP");
+            async move {
+                let response = reqwest::Client::builder()
+                    .no_proxy()
+                    .build()
+                    .unwrap()
+                    .post(format!("http://{ip}:7070/api/chat"))
+                    .json(&json!({"sessionId": "s-1", "input": input}))
+                    .timeout(Duration::from_secs(10))
+                    .send()
+                    .await
+                    .expect("the sidecar answers");
+                response
+                    .json::<serde_json::Value>()
+                    .await
+                    .expect("JSON reply")
+            }
+        };
+        let first = chat(pod0.clone(), "my name is Lin").await;
+        assert_eq!(first["status"], "OK", "{first}");
+        let second = chat(pod1.clone(), "what is my name?").await;
+        assert_eq!(second["status"], "OK", "{second}");
+        assert_eq!(second["reply"], "Your name is Lin.", "{second}");
+        assert_eq!(second["replica"], pod1.as_str(), "{second}");
+
+        // A deleted replica drains through its preStop hooks and is replaced.
+        let old = fx.pod(&ns, &pod0).await.unwrap().metadata.uid;
+        fx.pods(&ns)
+            .delete(&pod0, &DeleteParams::default())
+            .await
+            .expect("delete");
+        fx.wait(
+            &ns,
+            "a new, ready replica 0",
+            Duration::from_secs(90),
+            || async {
+                fx.pod(&ns, &pod0)
+                    .await
+                    .filter(|p| p.metadata.uid != old && is_ready(p))
+            },
+        )
+        .await;
+        let log = std::fs::read_to_string(fx.node.log_path(&ns, &pod0, "baton")).unwrap();
+        assert!(log.contains("running the preStop hook"), "{log}");
+        let third = chat(pod0.clone(), "what is my name?").await;
+        assert_eq!(third["reply"], "Your name is Lin.", "{third}");
+    });
 }

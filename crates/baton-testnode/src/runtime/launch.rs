@@ -25,6 +25,8 @@ pub(crate) struct Launch {
     /// Work done before the process starts, as the image's entrypoint
     /// would.
     pub setup: Option<Setup>,
+    /// The container's mounts, to translate exec probe and hook commands.
+    pub mounts: MountTable,
 }
 
 #[derive(Clone, Debug)]
@@ -285,6 +287,7 @@ pub(crate) fn build(ctx: LaunchContext<'_>) -> Result<Launch, String> {
         cwd,
         user,
         setup,
+        mounts: mounts.clone(),
     })
 }
 
