@@ -132,6 +132,14 @@ async fn sync_once(
         }
     }
 
+    let live_pods: HashSet<&str> = all_pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    memory
+        .bind_backoff
+        .retain(|uid, _| live_pods.contains(uid.as_str()));
+
     // Volumes.
     for pvc in claims
         .state()

@@ -103,8 +103,14 @@
 //!   retry, status writes and deletions are retried, bindings are retried
 //!   with back-off. Logs go through `tracing`.
 //!
-//! Not done: init containers, ephemeral containers, postStart hooks,
-//! resource limits, image updates of a running pod, HTTPS and gRPC probes.
+//! - **Init containers** run one after the other to success (retried on
+//!   failure unless the pod's restartPolicy is Never, which fails the pod)
+//!   before the regular containers start; the Initialized condition and
+//!   initContainerStatuses follow.
+//!
+//! Not done: native sidecars (init containers with restartPolicy Always),
+//! ephemeral containers, postStart hooks, resource limits, hostNetwork,
+//! image updates of a running pod, HTTPS and gRPC probes.
 //!
 //! The node's tasks run on the Tokio runtime that calls
 //! [`TestNode::start`]; keep that runtime alive as long as the node.

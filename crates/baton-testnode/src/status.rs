@@ -14,8 +14,26 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::runtime::state::{ContainerState, Current, PodState, Termination};
 
+/// Whether every init container has completed successfully.
+fn initialized(state: &PodState) -> bool {
+    state
+        .init_containers
+        .iter()
+        .all(|c| c.done && matches!(&c.current, Current::Terminated(t) if t.exit_code == 0))
+}
+
 /// The phase that the containers' states give.
 pub(crate) fn phase(state: &PodState) -> &'static str {
+    let init_failed = state
+        .init_containers
+        .iter()
+        .any(|c| c.done && !matches!(&c.current, Current::Terminated(t) if t.exit_code == 0));
+    if init_failed {
+        return "Failed";
+    }
+    if !initialized(state) {
+        return "Pending";
+    }
     let containers = &state.containers;
     if !containers.is_empty() && containers.iter().all(|c| c.done) {
         let all_zero = containers
@@ -82,12 +100,16 @@ pub(crate) fn pod_status(
     };
     let conditions = vec![
         condition("PodReadyToStartContainers", state.sandbox_ready, None, None),
-        condition("Initialized", true, None, None),
+        condition(
+            "Initialized",
+            initialized(state),
+            (!initialized(state)).then_some("ContainersNotInitialized"),
+            None,
+        ),
         condition("Ready", all_ready, ready_reason, ready_message.clone()),
         condition("ContainersReady", all_ready, ready_reason, ready_message),
         condition("PodScheduled", true, None, None),
     ];
-    let image_of = |c: &ContainerState| c.image.clone();
     PodStatus {
         phase: Some(phase.into()),
         conditions: Some(conditions),
@@ -100,30 +122,30 @@ pub(crate) fn pod_status(
         start_time: state.start_time.map(Time),
         observed_generation: pod.metadata.generation,
         qos_class: pod.status.as_ref().and_then(|s| s.qos_class.clone()),
-        container_statuses: Some(
-            state
-                .containers
-                .iter()
-                .map(|c| ContainerStatus {
-                    name: c.name.clone(),
-                    image: image_of(c),
-                    image_id: c.image_id.clone(),
-                    container_id: c.container_id.clone(),
-                    ready: c.ready,
-                    started: Some(c.started),
-                    restart_count: c.restart_count,
-                    state: Some(container_state(&c.current)),
-                    last_state: Some(
-                        c.last
-                            .as_ref()
-                            .map(|t| container_state(&Current::Terminated(t.clone())))
-                            .unwrap_or_default(),
-                    ),
-                    ..ContainerStatus::default()
-                })
-                .collect(),
-        ),
+        init_container_statuses: (!state.init_containers.is_empty())
+            .then(|| state.init_containers.iter().map(container_status).collect()),
+        container_statuses: Some(state.containers.iter().map(container_status).collect()),
         ..PodStatus::default()
+    }
+}
+
+fn container_status(c: &ContainerState) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone(),
+        image_id: c.image_id.clone(),
+        container_id: c.container_id.clone(),
+        ready: c.ready,
+        started: Some(c.started),
+        restart_count: c.restart_count,
+        state: Some(container_state(&c.current)),
+        last_state: Some(
+            c.last
+                .as_ref()
+                .map(|t| container_state(&Current::Terminated(t.clone())))
+                .unwrap_or_default(),
+        ),
+        ..ContainerStatus::default()
     }
 }
 

@@ -974,3 +974,69 @@ fn a_whole_agent_deployment_serves_turns_across_replicas() {
         assert_eq!(third["reply"], "Your name is Lin.", "{third}");
     });
 }
+
+#[test]
+fn init_containers_run_first_and_a_pod_that_never_restarts_succeeds() {
+    let fx = fixture();
+    run(async {
+        let ns = fx.namespace("init").await;
+        fx.apply::<Pod>(
+            Some(&ns),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "once"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "initContainers": [{
+                        "name": "prepare",
+                        "image": SHELL_IMAGE,
+                        "command": ["sh", "-c", "echo from-init > \"$FILE\""],
+                        "env": [{"name": "FILE", "value": "/shared/init.txt"}],
+                        "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                    }],
+                    "containers": [{
+                        "name": "main",
+                        "image": SHELL_IMAGE,
+                        "command": ["sh", "-c", "cat \"$FILE\""],
+                        "env": [{"name": "FILE", "value": "/shared/init.txt"}],
+                        "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                    }],
+                    "volumes": [{"name": "shared", "emptyDir": {}}],
+                },
+            }),
+        )
+        .await;
+        let pod = fx
+            .wait(
+                &ns,
+                "the pod to succeed",
+                Duration::from_secs(30),
+                || async {
+                    let pod = fx.pod(&ns, "once").await?;
+                    let phase = pod.status.as_ref()?.phase.clone()?;
+                    (phase == "Succeeded").then_some(pod)
+                },
+            )
+            .await;
+        let status = pod.status.unwrap();
+        let init = &status.init_container_statuses.expect("init statuses")[0];
+        let done = init
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .expect("init terminated");
+        assert_eq!(
+            (done.exit_code, done.reason.as_deref()),
+            (0, Some("Completed"))
+        );
+        let initialized = status
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Initialized")
+            .unwrap();
+        assert_eq!(initialized.status, "True");
+        let log = std::fs::read_to_string(fx.node.log_path(&ns, "once", "main")).unwrap();
+        assert!(log.lines().any(|l| l == "from-init"), "{log}");
+    });
+}

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::launch::{self, Launch, LaunchContext};
 use super::process;
-use super::state::{Current, PodShared, Termination};
+use super::state::{Current, PodShared, Slot, Termination};
 use crate::env::{self, PodFacts, Sources};
 use crate::images::Runner;
 use crate::network::Sandbox;
@@ -44,7 +44,7 @@ pub(crate) struct ContainerTask {
     pub node: Arc<NodeCtx>,
     pub pod: Arc<Pod>,
     pub shared: Arc<PodShared>,
-    pub index: usize,
+    pub slot: Slot,
     pub spec: Container,
     pub sandbox: Sandbox,
     pub dirs: PodDirs,
@@ -80,11 +80,19 @@ impl ContainerTask {
     }
 
     fn restart_policy(&self) -> &str {
-        self.pod
+        let policy = self
+            .pod
             .spec
             .as_ref()
             .and_then(|s| s.restart_policy.as_deref())
-            .unwrap_or("Always")
+            .unwrap_or("Always");
+        // An init container must finish: it is retried on failure unless
+        // the pod never restarts anything.
+        match (self.slot.init, policy) {
+            (true, "Never") => "Never",
+            (true, _) => "OnFailure",
+            (false, policy) => policy,
+        }
     }
 
     fn grace_period(&self) -> Duration {
@@ -98,7 +106,7 @@ impl ContainerTask {
     }
 
     fn set_waiting(&self, reason: &str, message: Option<String>) {
-        self.shared.update_container(self.index, |c| {
+        self.shared.update_container(self.slot, |c| {
             c.current = Current::Waiting {
                 reason: reason.into(),
                 message,
@@ -165,7 +173,7 @@ impl ContainerTask {
                     "OnFailure" => termination.exit_code != 0,
                     _ => true,
                 };
-            self.shared.update_container(self.index, |c| {
+            self.shared.update_container(self.slot, |c| {
                 c.ready = false;
                 c.started = false;
                 c.pid = None;
@@ -190,7 +198,7 @@ impl ContainerTask {
                 backoff = FIRST_BACKOFF;
             }
             if self.sleep_or_stop(backoff).await {
-                self.shared.update_container(self.index, |c| {
+                self.shared.update_container(self.slot, |c| {
                     if let Some(last) = c.last.take() {
                         c.current = Current::Terminated(last);
                     }
@@ -200,14 +208,14 @@ impl ContainerTask {
             }
             backoff = (backoff * 2).min(self.node.config.max_restart_backoff);
             self.shared
-                .update_container(self.index, |c| c.restart_count += 1);
+                .update_container(self.slot, |c| c.restart_count += 1);
         }
     }
 
     /// A container stopped before it ever ran ends Terminated, so the pod
     /// status shows it finished.
     fn finish_without_running(&self) {
-        self.shared.update_container(self.index, |c| {
+        self.shared.update_container(self.slot, |c| {
             if !matches!(c.current, Current::Terminated(_)) {
                 c.current = Current::Terminated(Termination {
                     exit_code: 0,
@@ -318,7 +326,7 @@ impl ContainerTask {
         );
         let has_startup = self.spec.startup_probe.is_some();
         let has_readiness = self.spec.readiness_probe.is_some();
-        self.shared.update_container(self.index, |c| {
+        self.shared.update_container(self.slot, |c| {
             c.current = Current::Running { started_at };
             c.pid = Some(pid);
             c.container_id = Some(container_id.clone());
@@ -425,7 +433,7 @@ impl ContainerTask {
             if let Err(message) = runner.until_success(target).await {
                 return format!("Startup probe failed: {message}");
             }
-            self.shared.update_container(self.index, |c| {
+            self.shared.update_container(self.slot, |c| {
                 c.started = true;
                 c.ready = self.spec.readiness_probe.is_none();
             });
@@ -442,8 +450,7 @@ impl ContainerTask {
                     && now_ready != ready
                 {
                     ready = now_ready;
-                    self.shared
-                        .update_container(self.index, |c| c.ready = ready);
+                    self.shared.update_container(self.slot, |c| c.ready = ready);
                 }
                 runner.wait_period().await;
             }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::container::{ContainerTask, Stop};
-use super::state::{ContainerState, PodShared, PodState};
+use super::state::{ContainerState, PodShared, PodState, Slot};
 use crate::network::Sandbox;
 use crate::node::NodeCtx;
 use crate::volumes::PodDirs;
@@ -31,17 +31,24 @@ enum End {
 }
 
 pub(crate) fn initial_state(pod: &Pod) -> PodState {
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| {
-            s.containers
-                .iter()
-                .map(|c| ContainerState::new(&c.name, c.image.as_deref().unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let states = |list: &[k8s_openapi::api::core::v1::Container]| -> Vec<ContainerState> {
+        list.iter()
+            .map(|c| ContainerState::new(&c.name, c.image.as_deref().unwrap_or_default()))
+            .collect()
+    };
+    let init_containers = states(spec.init_containers.as_deref().unwrap_or_default());
+    let mut containers = states(&spec.containers);
+    if !init_containers.is_empty() {
+        for c in &mut containers {
+            c.current = super::state::Current::Waiting {
+                reason: "PodInitializing".into(),
+                message: None,
+            };
+        }
+    }
     PodState {
+        init_containers,
         containers,
         ..PodState::default()
     }
@@ -189,32 +196,70 @@ async fn start(
     };
     let volumes: Arc<HashMap<_, _>> = Arc::new(volumes);
     let (stop_tx, stop_rx) = watch::channel(None);
+    let task = |slot: Slot, spec: Container| ContainerTask {
+        node: node.clone(),
+        pod: pod.clone(),
+        shared: shared.clone(),
+        slot,
+        spec,
+        sandbox: sandbox.clone(),
+        dirs: dirs.clone(),
+        volumes: volumes.clone(),
+        stop: stop_rx.clone(),
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    let inits: Vec<ContainerTask> = spec
+        .init_containers
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(index, c)| task(Slot { init: true, index }, c))
+        .collect();
+    let mains: Vec<ContainerTask> = spec
+        .containers
+        .into_iter()
+        .enumerate()
+        .map(|(index, c)| task(Slot { init: false, index }, c))
+        .collect();
     let mut containers = JoinSet::new();
-    let specs = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.clone())
-        .unwrap_or_default();
-    for (index, spec) in specs.into_iter().enumerate() {
-        let task = ContainerTask {
-            node: node.clone(),
-            pod: pod.clone(),
-            shared: shared.clone(),
-            index,
-            spec,
-            sandbox: sandbox.clone(),
-            dirs: dirs.clone(),
-            volumes: volumes.clone(),
-            stop: stop_rx.clone(),
-        };
-        containers.spawn(task.run());
-    }
+    containers.spawn(run_containers(shared.clone(), inits, mains));
     Ok((sandbox, containers, stop_tx))
+}
+
+/// Init containers one after the other, each to its successful end, then
+/// the regular containers side by side. Returns when every container has
+/// finished for good (or the pod stopped them).
+async fn run_containers(
+    shared: Arc<PodShared>,
+    inits: Vec<ContainerTask>,
+    mains: Vec<ContainerTask>,
+) {
+    for init in inits {
+        let slot = init.slot;
+        let stop = init.stop.clone();
+        init.run().await;
+        let state = shared.container(slot);
+        let succeeded =
+            matches!(&state.current, super::state::Current::Terminated(t) if t.exit_code == 0);
+        if !succeeded || stop.borrow().is_some() {
+            // Failed for good (restartPolicy Never) or stopped: the regular
+            // containers never start.
+            for main in &mains {
+                shared.update_container(main.slot, |c| c.done = true);
+            }
+            return;
+        }
+    }
+    let mut set = JoinSet::new();
+    for main in mains {
+        set.spawn(main.run());
+    }
+    while set.join_next().await.is_some() {}
 }
 
 fn set_all_waiting(shared: &PodShared, reason: &str, message: Option<String>) {
     shared.update(|s| {
-        for c in &mut s.containers {
+        for c in s.init_containers.iter_mut().chain(&mut s.containers) {
             c.current = super::state::Current::Waiting {
                 reason: reason.into(),
                 message: message.clone(),

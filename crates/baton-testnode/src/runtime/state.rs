@@ -68,11 +68,20 @@ impl ContainerState {
     }
 }
 
+/// Which container of the pod: an init container or a regular one, by
+/// its index in the spec's list.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    pub init: bool,
+    pub index: usize,
+}
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PodState {
     pub ip: Option<Ipv4Addr>,
     pub netns: Option<String>,
     pub start_time: Option<Timestamp>,
+    pub init_containers: Vec<ContainerState>,
     pub containers: Vec<ContainerState>,
     /// The sandbox is up (PodReadyToStartContainers).
     pub sandbox_ready: bool,
@@ -102,8 +111,26 @@ impl PodShared {
         out
     }
 
-    pub fn update_container<R>(&self, index: usize, f: impl FnOnce(&mut ContainerState) -> R) -> R {
-        self.update(|s| f(&mut s.containers[index]))
+    pub fn update_container<R>(&self, slot: Slot, f: impl FnOnce(&mut ContainerState) -> R) -> R {
+        self.update(|s| {
+            let list = if slot.init {
+                &mut s.init_containers
+            } else {
+                &mut s.containers
+            };
+            f(&mut list[slot.index])
+        })
+    }
+
+    pub fn container(&self, slot: Slot) -> ContainerState {
+        self.read(|s| {
+            let list = if slot.init {
+                &s.init_containers
+            } else {
+                &s.containers
+            };
+            list[slot.index].clone()
+        })
     }
 
     pub fn snapshot(&self) -> PodState {
