@@ -54,8 +54,7 @@ fn fixture() -> &'static Fixture {
             .prefix("baton-testnode-")
             .tempdir()
             .expect("temp dir");
-        let baton = baton_testnode::locate_baton_binary()
-            .unwrap_or_else(|| "/nonexistent/baton (build it: cargo build -p baton)".into());
+        let baton = baton_binary();
         let images = ImageTable::standard(baton)
             .with(SHELL_IMAGE, Runner::Host)
             .with(PYTHON_IMAGE, Runner::Host);
@@ -74,6 +73,23 @@ fn fixture() -> &'static Fixture {
             work_dir,
         }
     })
+}
+
+/// The `baton` binary next to the test executable, built first when it is
+/// missing (`cargo test -p baton-testnode` does not build other packages'
+/// binaries).
+fn baton_binary() -> std::path::PathBuf {
+    if let Some(path) = baton_testnode::locate_baton_binary() {
+        return path;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "baton", "--bin", "baton"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build -p baton --bin baton failed");
+    baton_testnode::locate_baton_binary().expect("the baton binary after building it")
 }
 
 fn run<F: Future>(test: F) -> F::Output {
@@ -877,10 +893,6 @@ fn unowned<T: Serialize>(object: &T) -> serde_json::Value {
 #[test]
 fn a_whole_agent_deployment_serves_turns_across_replicas() {
     let fx = fixture();
-    assert!(
-        baton_testnode::locate_baton_binary().is_some(),
-        "this test runs the baton binary: cargo build -p baton --bin baton (or set BATON_BIN)"
-    );
     run(async {
         let ns = fx.namespace("system").await;
         let yaml = std::fs::read_to_string(
