@@ -59,7 +59,8 @@ impl NodeNetwork {
             free: Mutex::new(AddressPool::default()),
             watcher: Mutex::new(None),
         };
-        *network.watcher.lock().expect("watcher lock") = Some(network.watch_process_exit()?);
+        *network.watcher.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(network.watch_process_exit()?);
         Ok(network)
     }
 
@@ -82,7 +83,7 @@ impl NodeNetwork {
         let octet = self
             .free
             .lock()
-            .expect("address pool")
+            .unwrap_or_else(|e| e.into_inner())
             .take()
             .context("no free pod address on this node")?;
         let sandbox = Sandbox {
@@ -150,7 +151,7 @@ impl NodeNetwork {
         let _ = tokio::fs::remove_dir_all(s.run_dir()).await;
         self.free
             .lock()
-            .expect("address pool")
+            .unwrap_or_else(|e| e.into_inner())
             .give_back(s.host_octet);
     }
 
@@ -186,7 +187,12 @@ impl NodeNetwork {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        if let Some(mut watcher) = self.watcher.lock().expect("watcher lock").take() {
+        if let Some(mut watcher) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             let _ = watcher.kill();
             let _ = watcher.wait();
         }

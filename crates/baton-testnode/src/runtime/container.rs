@@ -469,7 +469,7 @@ impl ContainerTask {
             }
         };
         tokio::select! {
-            () = readiness => unreachable!("the readiness loop never ends"),
+            () = readiness => String::from("the readiness prober stopped"),
             message = liveness => message,
         }
     }
@@ -495,14 +495,15 @@ async fn wait_for_stop(stop: &mut watch::Receiver<Option<Stop>>) {
 }
 
 async fn wait_for_stop_value(mut stop: watch::Receiver<Option<Stop>>) -> Stop {
-    match stop.wait_for(Option::is_some).await {
-        Ok(value) => value.expect("waited for Some"),
-        // The pod worker is gone: stop at once.
-        Err(_) => Stop {
-            deadline: Instant::now(),
-            graceful: false,
-        },
-    }
+    let requested = match stop.wait_for(Option::is_some).await {
+        Ok(value) => *value,
+        Err(_) => None,
+    };
+    // Without a request the pod worker is gone: stop at once.
+    requested.unwrap_or_else(|| Stop {
+        deadline: Instant::now(),
+        graceful: false,
+    })
 }
 
 /// One probe's schedule and thresholds.
