@@ -110,7 +110,11 @@
 //!
 //! Not done: native sidecars (init containers with restartPolicy Always),
 //! ephemeral containers, postStart hooks, resource limits, hostNetwork,
-//! image updates of a running pod, HTTPS and gRPC probes.
+//! image updates of a running pod, HTTPS and gRPC probes, the kubelet's own
+//! API (`kubectl logs` / `exec`: read [`TestNode::log_path`] and use
+//! `ip netns exec` with [`TestNode::netns_of`] instead), Service virtual IPs.
+//! Pods cannot reach the API server (it listens on the machine's loopback),
+//! so an operator under test runs in the test process, not in a pod.
 //!
 //! The node's tasks run on the Tokio runtime that calls
 //! [`TestNode::start`]; keep that runtime alive as long as the node.
