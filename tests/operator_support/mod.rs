@@ -160,6 +160,8 @@ pub struct OperatorOptions<'a> {
     pub watch_namespace: Option<&'a str>,
     pub lease_namespace: &'a str,
     pub identity: &'a str,
+    /// More `baton operator` flags (e.g. `--resync-interval`).
+    pub extra_args: &'a [&'a str],
 }
 
 impl Operator {
@@ -174,13 +176,19 @@ impl Operator {
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
             .args(["--leader-election-namespace", options.lease_namespace])
             .args(["--identity", options.identity])
-            .env("RUST_LOG", "info,baton_operator=debug")
+            // BATON_TEST_OPERATOR_LOG overrides the filter when debugging a test.
+            .env(
+                "RUST_LOG",
+                std::env::var("BATON_TEST_OPERATOR_LOG")
+                    .unwrap_or_else(|_| "info,baton_operator=debug".into()),
+            )
             .env_remove("KUBECONFIG")
             .stdout(file.try_clone().unwrap())
             .stderr(file);
         if let Some(ns) = options.watch_namespace {
             cmd.args(["--namespace", ns]);
         }
+        cmd.args(options.extra_args);
         let child = cmd.spawn().expect("baton operator starts");
         Self {
             child: Some(child),
@@ -255,6 +263,7 @@ pub fn namespaced_operator(cp: &ControlPlane, ns: &str) -> Operator {
             watch_namespace: Some(ns),
             lease_namespace: ns,
             identity: &format!("{ns}-op"),
+            extra_args: &[],
         },
     )
 }

@@ -41,6 +41,8 @@ impl Scope {
 }
 
 pub struct Caches {
+    /// The kinds whose cache has not been filled yet; empty once all are.
+    unready: tokio::sync::watch::Receiver<Vec<&'static str>>,
     pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
     pub secrets: Store<Secret>,
     pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
@@ -126,8 +128,18 @@ pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
     let (jobs, job) = full::<Job>(client, scope);
     let (pod_disruption_budgets, pdb) = metadata::<PodDisruptionBudget>(client, scope);
     let (pods, pod) = metadata::<Pod>(client, scope);
+    let (mark, unready) = tokio::sync::watch::channel(Vec::new());
+    watch_readiness(&mark, "ServiceAccount", &service_accounts);
+    watch_readiness(&mark, "Secret", &secrets);
+    watch_readiness(&mark, "ConfigMap", &config_maps);
+    watch_readiness(&mark, "Service", &services);
+    watch_readiness(&mark, "StatefulSet", &stateful_sets);
+    watch_readiness(&mark, "Job", &jobs);
+    watch_readiness(&mark, "PodDisruptionBudget", &pod_disruption_budgets);
+    watch_readiness(&mark, "Pod", &pods);
     (
         Caches {
+            unready,
             service_accounts,
             secrets,
             config_maps,
@@ -150,6 +162,30 @@ pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
     )
 }
 
+/// Marks `kind` unready until its store has been filled once.
+///
+/// `Store::wait_until_ready` remembers one waiter only (a oneshot receiver
+/// behind a mutex): with several reconciles waiting on it at once, all but
+/// the last one polled are never woken. So exactly one task waits on each
+/// store, and reconciles wait on a watch channel, which wakes every waiter.
+fn watch_readiness<K>(
+    mark: &tokio::sync::watch::Sender<Vec<&'static str>>,
+    kind: &'static str,
+    store: &Store<K>,
+) where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    mark.send_modify(|unready| unready.push(kind));
+    let mark = mark.clone();
+    let store = store.clone();
+    tokio::spawn(async move {
+        // Err: the writer is gone, the operator is stopping; stay unready.
+        if store.wait_until_ready().await.is_ok() {
+            mark.send_modify(|unready| unready.retain(|k| *k != kind));
+        }
+    });
+}
+
 fn key<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> ObjectRef<K> {
     ObjectRef::new(name).within(namespace)
 }
@@ -157,17 +193,15 @@ fn key<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> ObjectRef<
 impl Caches {
     /// Waits until every cache has been filled once.
     pub async fn wait_until_ready(&self) {
-        // A dropped writer means the operator is shutting down; nothing to wait for.
-        let _ = tokio::join!(
-            self.service_accounts.wait_until_ready(),
-            self.secrets.wait_until_ready(),
-            self.config_maps.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.stateful_sets.wait_until_ready(),
-            self.jobs.wait_until_ready(),
-            self.pod_disruption_budgets.wait_until_ready(),
-            self.pods.wait_until_ready(),
-        );
+        let mut unready = self.unready.clone();
+        // Err: every readiness task is gone, the operator is stopping.
+        let _ = unready.wait_for(Vec::is_empty).await;
+    }
+
+    /// The kinds whose cache has not been filled yet: their watch fails
+    /// (most often a right missing from the operator's role) or is slow.
+    pub fn unready_kinds(&self) -> Vec<&'static str> {
+        self.unready.borrow().clone()
     }
 
     /// Metadata of the cached child of `kind`.

@@ -4,6 +4,7 @@
 //! once (the process exits and rejoins), so two leaders never apply.
 
 use std::future::Future;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use kube::Client;
@@ -17,6 +18,8 @@ const LEASE_SECONDS: u64 = 15;
 /// Renew this long before the Lease expires (client-go renews within its
 /// 10 s `RenewDeadline`).
 const GRACE_SECONDS: u64 = 5;
+/// How often a standby looks at the Lease (client-go's `RetryPeriod`).
+const RETRY: Duration = Duration::from_secs(2);
 
 pub async fn lead(
     client: Client,
@@ -26,20 +29,41 @@ pub async fn lead(
     metrics: &Metrics,
     controller: impl Future<Output = anyhow::Result<()>>,
 ) -> anyhow::Result<()> {
-    let manager = LeaseManagerBuilder::new(client, lease_name)
-        .with_namespace(namespace)
-        .with_identity(identity)
-        .with_duration(LEASE_SECONDS)
-        .with_grace(GRACE_SECONDS)
-        .build()
-        .await
-        .with_context(|| format!("leader election Lease {namespace}/{lease_name}"))?;
-    let (mut is_leader, task) = manager.watch().await;
+    let shutdown = crate::shutdown_signal();
+    tokio::pin!(shutdown);
     info!(lease = %format!("{namespace}/{lease_name}"), %identity, "waiting to become the leader");
-    tokio::select! {
-        acquired = is_leader.wait_for(|leader| *leader) => { acquired.context("leader election stopped")?; }
-        () = crate::shutdown_signal() => return Ok(()),
-    }
+    // A standby manager sleeps until the Lease it saw expires, so it would
+    // miss a Lease released early by a leader that stopped cleanly. Like
+    // client-go's `RetryPeriod`, look again every RETRY: a fresh manager
+    // reads the Lease and takes it if it is free or expired.
+    let (mut is_leader, task) = loop {
+        let manager = LeaseManagerBuilder::new(client.clone(), lease_name)
+            .with_namespace(namespace)
+            .with_identity(identity)
+            .with_duration(LEASE_SECONDS)
+            .with_grace(GRACE_SECONDS)
+            .build()
+            .await
+            .with_context(|| format!("leader election Lease {namespace}/{lease_name}"))?;
+        let (mut is_leader, task) = manager.watch().await;
+        let acquired = tokio::select! {
+            acquired = tokio::time::timeout(RETRY, async {
+                is_leader.wait_for(|leader| *leader).await.map(|_| ())
+            }) => acquired,
+            () = &mut shutdown => {
+                release(is_leader, task).await;
+                return Ok(());
+            }
+        };
+        match acquired {
+            Ok(acquired) => {
+                acquired.context("leader election stopped")?;
+                break (is_leader, task);
+            }
+            // Not the leader yet: this manager holds nothing; let it go.
+            Err(_elapsed) => release(is_leader, task).await,
+        }
+    };
     info!(%identity, "became the leader");
     metrics.leader.set(1);
     let result = tokio::select! {
@@ -50,19 +74,23 @@ pub async fn lead(
             warn!(%identity, "lost the leader Lease; stopping");
             Err(anyhow::anyhow!("lost the leader Lease"))
         }
-        () = crate::shutdown_signal() => Ok(()),
+        () = &mut shutdown => Ok(()),
     };
-    // Closing the channel makes the manager release the Lease, so the next
-    // leader need not wait for it to expire.
-    drop(is_leader);
-    if let Ok(Err(error)) = tokio::time::timeout(std::time::Duration::from_secs(3), task)
-        .await
-        .map(|r| {
-            r.map_err(anyhow::Error::from)
-                .and_then(|r| r.map(|_| ()).map_err(anyhow::Error::from))
-        })
-    {
-        warn!("releasing the Lease: {error:#}");
-    }
+    release(is_leader, task).await;
     result
+}
+
+/// Stops a manager: closing its channel makes it release the Lease if it
+/// holds it, so the next leader need not wait for it to expire.
+async fn release(
+    is_leader: tokio::sync::watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+) {
+    drop(is_leader);
+    match tokio::time::timeout(Duration::from_secs(3), task).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(error))) => warn!("releasing the Lease: {error:#}"),
+        Ok(Err(error)) => warn!("releasing the Lease: {error:#}"),
+        Err(_) => warn!("releasing the Lease took over 3 s; it will expire instead"),
+    }
 }

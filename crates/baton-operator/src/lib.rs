@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use baton_api::AgentDeployment;
@@ -91,6 +92,18 @@ pub struct RunArgs {
     /// Sidecar image for AgentDeployments that do not set spec.sidecar.image.
     #[arg(long, env = "BATON_SIDECAR_IMAGE")]
     pub sidecar_image: Option<String>,
+    /// How often an unchanged resource is checked again (a check that finds
+    /// nothing to do writes nothing); e.g. 10m, 30s.
+    #[arg(long, env = "BATON_RESYNC_INTERVAL", default_value = "10m", value_parser = parse_interval)]
+    pub resync_interval: Duration,
+}
+
+fn parse_interval(value: &str) -> Result<Duration, String> {
+    let interval = baton_api::validate::parse_duration(value)?;
+    if interval < Duration::from_secs(1) {
+        return Err("must be at least 1s".into());
+    }
+    Ok(interval)
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
@@ -186,6 +199,7 @@ async fn run_controller(
         recorder,
         metrics,
         default_sidecar_image: args.sidecar_image.clone(),
+        resync: args.resync_interval,
         verified: Default::default(),
         failures: Default::default(),
     });

@@ -30,9 +30,8 @@ use crate::children::{self, ChildKey, Verified};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::status::{self, Observed, Problem, ReplicaObservation, StoreObservation};
 
-/// How often an unchanged, healthy resource is checked again (a check that
-/// finds nothing to do writes nothing).
-const RESYNC: Duration = Duration::from_secs(600);
+/// How long a reconcile waits for the watch caches to be filled.
+const CACHE_WAIT: Duration = Duration::from_secs(10);
 /// How soon a resource waiting for an external Secret is checked again.
 const WAIT_FOR_SECRET: Duration = Duration::from_secs(3);
 /// Backoff after a failed reconcile: doubles from the first to the cap.
@@ -47,6 +46,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The sidecar image for resources that do not name one.
     pub default_sidecar_image: Option<String>,
+    /// How often an unchanged, healthy resource is checked again.
+    pub resync: Duration,
     pub verified: Mutex<Verified>,
     pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<AgentDeployment>>, u32>>,
 }
@@ -65,6 +66,11 @@ pub enum Error {
         child: ChildKey,
         source: kube::Error,
     },
+    #[error(
+        "the watches of {} have not delivered a first list; is list/watch on them missing from the operator's role (baton operator rbac)?",
+        .0.join(", ")
+    )]
+    WatchNotReady(Vec<&'static str>),
 }
 
 /// The status time: whole seconds, as the API server stores it, so that a
@@ -78,10 +84,21 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let started = Instant::now();
-    ctx.caches.wait_until_ready().await;
-    let result = match &object.0 {
-        Ok(agd) => reconcile_resource(agd, &ctx).await,
-        Err(invalid) => report_malformed(invalid, &ctx).await,
+    let result = if tokio::time::timeout(CACHE_WAIT, ctx.caches.wait_until_ready())
+        .await
+        .is_err()
+    {
+        let kinds = ctx.caches.unready_kinds();
+        let error = Error::WatchNotReady(kinds);
+        if let Ok(agd) = &object.0 {
+            report_problem(agd, None, &ctx, "WatchNotReady", &error).await;
+        }
+        Err(error)
+    } else {
+        match &object.0 {
+            Ok(agd) => reconcile_resource(agd, &ctx).await,
+            Err(invalid) => report_malformed(invalid, &ctx).await,
+        }
     };
     ctx.metrics
         .reconcile_seconds
@@ -196,7 +213,7 @@ async fn reconcile_resource(
             }
             Err(source) => {
                 let error = Error::Apply { child: key, source };
-                report_apply_failure(agd, &valid, ctx, &error).await;
+                report_problem(agd, Some(&valid), ctx, "ApplyFailed", &error).await;
                 return Err(error);
             }
         }
@@ -215,7 +232,7 @@ async fn reconcile_resource(
                 child: key.clone(),
                 source,
             };
-            report_apply_failure(agd, &valid, ctx, &error).await;
+            report_problem(agd, Some(&valid), ctx, "ApplyFailed", &error).await;
             return Err(error);
         }
     }
@@ -261,7 +278,7 @@ async fn reconcile_resource(
     let action = if waiting_for_secret {
         Action::requeue(WAIT_FOR_SECRET)
     } else {
-        Action::requeue(RESYNC)
+        Action::requeue(ctx.resync)
     };
     Ok((action, outcome))
 }
@@ -468,23 +485,25 @@ async fn announce_problem(
     }
 }
 
-async fn report_apply_failure(
+/// A failure that stops the reconcile: a Warning event and, best effort, a
+/// Degraded status naming it.
+async fn report_problem(
     agd: &AgentDeployment,
-    valid: &ValidAgentDeployment,
+    valid: Option<&ValidAgentDeployment>,
     ctx: &Context,
+    reason: &str,
     error: &Error,
 ) {
-    let observed = observe(
-        agd,
-        Some(valid),
-        ctx,
-        Some(Problem::ApplyFailed(error.to_string())),
-    );
+    let problem = match error {
+        Error::WatchNotReady(_) => Problem::WatchNotReady(error.to_string()),
+        _ => Problem::ApplyFailed(error.to_string()),
+    };
+    let observed = observe(agd, valid, ctx, Some(problem));
     publish(
         ctx,
         agd,
         EventType::Warning,
-        "ApplyFailed",
+        reason,
         "Reconcile",
         error.to_string(),
     )

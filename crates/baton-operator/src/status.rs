@@ -17,6 +17,8 @@ pub enum Problem {
     ExternalSecretMissing(Vec<String>),
     /// The API server refused a write.
     ApplyFailed(String),
+    /// A watch has not delivered its first list (often a missing right).
+    WatchNotReady(String),
 }
 
 impl Problem {
@@ -26,6 +28,7 @@ impl Problem {
             Self::InvalidSpec(_) => "InvalidSpec",
             Self::ExternalSecretMissing(_) => "ExternalSecretMissing",
             Self::ApplyFailed(_) => "ApplyFailed",
+            Self::WatchNotReady(_) => "WatchNotReady",
         }
     }
 
@@ -41,7 +44,7 @@ impl Problem {
                 violations.join("; ")
             ),
             Self::ExternalSecretMissing(missing) => missing.join("; "),
-            Self::ApplyFailed(error) => error.clone(),
+            Self::ApplyFailed(error) | Self::WatchNotReady(error) => error.clone(),
         }
     }
 
