@@ -24,7 +24,8 @@
 //!   `minio/minio` runs SeaweedFS `weed mini` serving S3 on the MinIO port
 //!   with MINIO_ROOT_USER / MINIO_ROOT_PASSWORD as its keys, `minio/mc`
 //!   (the bucket Job) creates `$BATON_S3_BUCKET` with one signed `curl`
-//!   PUT. An image not in the table leaves its container Waiting with
+//!   PUT. SeaweedFS's gRPC ports come from the pod IP: it also serves them
+//!   on Unix sockets at fixed paths in `/tmp`, which pods share. An image not in the table leaves its container Waiting with
 //!   reason `ErrImagePull`, as a failing pull would.
 //! - **The one mock.** MinIO's probe paths (`/minio/health/live`,
 //!   `/minio/health/ready`, …) do not exist in SeaweedFS: for the MinIO

@@ -288,6 +288,7 @@ impl ContainerTask {
             container_dir: &container_dir,
             socket_dir: &socket_dir,
             hostname: &hostname,
+            pod_ip: self.sandbox.ip,
         }) {
             Ok(launch) => Prepared::Ready(Box::new((runner, launch))),
             Err(e) => Prepared::Config(e),

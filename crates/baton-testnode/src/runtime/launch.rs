@@ -54,6 +54,30 @@ pub(crate) struct LaunchContext<'a> {
     /// A short directory for the container's Unix sockets.
     pub socket_dir: &'a Path,
     pub hostname: &'a str,
+    /// The pod's IP, unique on the machine while the pod runs.
+    pub pod_ip: std::net::Ipv4Addr,
+}
+
+/// gRPC ports for SeaweedFS's components, unique per pod on the machine.
+///
+/// SeaweedFS also serves each gRPC port on a Unix socket with a fixed path,
+/// `/tmp/seaweedfs-<component>-grpc-<port>.sock` (not under `TMPDIR`, and
+/// no flag moves it). Pods share the host's `/tmp`, so two MinIO pods on
+/// the default ports would reach each other's volume servers: one's master
+/// allocates a volume on the other's, and its writes fail "volume N not
+/// found". The pod IP (10.244.N.M, unique on the machine) picks the ports;
+/// they are bound inside the pod's own network namespace.
+fn seaweed_grpc_ports(pod_ip: std::net::Ipv4Addr) -> [(&'static str, u16); 5] {
+    let [_, _, n, m] = pod_ip.octets();
+    let slot = (u16::from(n) % 16) * 256 + u16::from(m);
+    let port = |component: u16| 20_000 + component * 4096 + slot;
+    [
+        ("master.port.grpc", port(0)),
+        ("volume.port.grpc", port(1)),
+        ("filer.port.grpc", port(2)),
+        ("s3.port.grpc", port(3)),
+        ("admin.port.grpc", port(4)),
+    ]
 }
 
 /// The creation script that replaces `mc mb --ignore-existing`: one signed
@@ -237,7 +261,14 @@ pub(crate) fn build(ctx: LaunchContext<'_>) -> Result<Launch, String> {
                         "-s3.localSocket={}",
                         ctx.socket_dir.join("s3.sock").display()
                     ),
-                ],
+                ]
+                .into_iter()
+                .chain(
+                    seaweed_grpc_ports(ctx.pod_ip)
+                        .into_iter()
+                        .map(|(flag, port)| format!("-{flag}={port}")),
+                )
+                .collect(),
             )
         }
         Runner::CurlAsMinioClient => (
@@ -421,6 +452,7 @@ mod tests {
             container_dir: Path::new("/h/c"),
             socket_dir: Path::new("/run/x/c"),
             hostname: "p-0",
+            pod_ip: std::net::Ipv4Addr::new(10, 244, 3, 7),
         })
         .unwrap()
     }
@@ -491,6 +523,11 @@ mod tests {
         assert_eq!(l.program, "weed");
         assert!(l.args.contains(&"-dir=/h/pv".to_owned()));
         assert!(l.args.contains(&"-s3.port=9000".to_owned()));
+        // gRPC ports (and so SeaweedFS's fixed socket paths) from the pod IP.
+        assert!(l.args.contains(&format!(
+            "-volume.port.grpc={}",
+            20_000 + 4096 + 3 * 256 + 7
+        )));
         assert!(l.env.contains(&("AWS_ACCESS_KEY_ID".into(), "ak".into())));
         assert!(
             l.env
