@@ -1,7 +1,7 @@
 //! Watch caches of every kind the operator owns, filled by the same watches
 //! that trigger reconciles. Children are found by the `managed-by` label;
-//! only StatefulSets, Jobs and Secrets are cached whole (their status or
-//! data matter), the rest as metadata.
+//! Secrets are cached with their data, StatefulSets and Jobs with their
+//! status (not their spec), the rest as metadata only.
 
 use std::fmt::Debug;
 
@@ -77,7 +77,16 @@ fn children_config() -> watcher::Config {
         .any_semantic()
 }
 
-fn full<K>(client: &Client, scope: &Scope) -> (Store<K>, Watched<K>)
+/// Drops what the operator never reads from a cached object: the field sets
+/// of its managed fields (only who applied or updated it, and when, decide
+/// whether to apply again). They are most of an object's metadata.
+fn slim<K: Resource>(object: &mut K) {
+    for entry in object.meta_mut().managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+}
+
+fn full<K>(client: &Client, scope: &Scope, trim: fn(&mut K)) -> (Store<K>, Watched<K>)
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -90,6 +99,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = watcher(scope.api::<K>(client), children_config())
         .default_backoff()
+        .modify(trim)
         .reflect(writer)
         .touched_objects()
         .boxed();
@@ -113,6 +123,7 @@ where
     // An Api of PartialObjectMeta makes metadata-only requests.
     let stream = watcher(scope.api::<PartialObjectMeta<K>>(client), children_config())
         .default_backoff()
+        .modify(slim)
         .reflect(writer)
         .touched_objects()
         .boxed();
@@ -121,11 +132,19 @@ where
 
 pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
     let (service_accounts, sa) = metadata::<ServiceAccount>(client, scope);
-    let (secrets, sec) = full::<Secret>(client, scope);
+    let (secrets, sec) = full::<Secret>(client, scope, slim);
     let (config_maps, cm) = metadata::<ConfigMap>(client, scope);
     let (services, svc) = metadata::<Service>(client, scope);
-    let (stateful_sets, sts) = full::<StatefulSet>(client, scope);
-    let (jobs, job) = full::<Job>(client, scope);
+    // A StatefulSet or Job is read for its metadata and status only; the
+    // pod template is most of its size.
+    let (stateful_sets, sts) = full::<StatefulSet>(client, scope, |o| {
+        slim(o);
+        o.spec = None;
+    });
+    let (jobs, job) = full::<Job>(client, scope, |o| {
+        slim(o);
+        o.spec = None;
+    });
     let (pod_disruption_budgets, pdb) = metadata::<PodDisruptionBudget>(client, scope);
     let (pods, pod) = metadata::<Pod>(client, scope);
     let (mark, unready) = tokio::sync::watch::channel(Vec::new());
@@ -239,20 +258,27 @@ impl Caches {
         }
     }
 
-    /// Every cached child in `namespace`, with its kind.
-    pub fn children_in(&self, namespace: &str) -> Vec<(&'static str, ObjectMeta)> {
+    /// Every cached child in `namespace` controlled by `owner_uid`, with
+    /// its kind. Only those are copied: a reconcile holds its own children,
+    /// not every object of a namespace shared by many resources.
+    pub fn children_of(&self, namespace: &str, owner_uid: &str) -> Vec<(&'static str, ObjectMeta)> {
         fn collect<K: Resource<DynamicType = ()> + Clone>(
             out: &mut Vec<(&'static str, ObjectMeta)>,
             kind: &'static str,
             store: &Store<K>,
             namespace: &str,
+            owner_uid: &str,
         ) {
             out.extend(
                 store
                     .state()
                     .iter()
-                    .filter(|o| Resource::meta(o.as_ref()).namespace.as_deref() == Some(namespace))
-                    .map(|o| (kind, Resource::meta(o.as_ref()).clone())),
+                    .map(|o| Resource::meta(o.as_ref()))
+                    .filter(|m| {
+                        m.namespace.as_deref() == Some(namespace)
+                            && crate::children::controlled_by(m, owner_uid)
+                    })
+                    .map(|m| (kind, m.clone())),
             );
         }
         let mut out = Vec::new();
@@ -261,17 +287,31 @@ impl Caches {
             "ServiceAccount",
             &self.service_accounts,
             namespace,
+            owner_uid,
         );
-        collect(&mut out, "Secret", &self.secrets, namespace);
-        collect(&mut out, "ConfigMap", &self.config_maps, namespace);
-        collect(&mut out, "Service", &self.services, namespace);
-        collect(&mut out, "StatefulSet", &self.stateful_sets, namespace);
-        collect(&mut out, "Job", &self.jobs, namespace);
+        collect(&mut out, "Secret", &self.secrets, namespace, owner_uid);
+        collect(
+            &mut out,
+            "ConfigMap",
+            &self.config_maps,
+            namespace,
+            owner_uid,
+        );
+        collect(&mut out, "Service", &self.services, namespace, owner_uid);
+        collect(
+            &mut out,
+            "StatefulSet",
+            &self.stateful_sets,
+            namespace,
+            owner_uid,
+        );
+        collect(&mut out, "Job", &self.jobs, namespace, owner_uid);
         collect(
             &mut out,
             "PodDisruptionBudget",
             &self.pod_disruption_budgets,
             namespace,
+            owner_uid,
         );
         out
     }

@@ -34,7 +34,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, controller, watcher};
 use kube::{Client, ResourceExt};
 use tracing::info;
 
@@ -96,6 +96,13 @@ pub struct RunArgs {
     /// nothing to do writes nothing); e.g. 10m, 30s.
     #[arg(long, env = "BATON_RESYNC_INTERVAL", default_value = "10m", value_parser = parse_interval)]
     pub resync_interval: Duration,
+    /// How many resources are reconciled at once (one resource is never
+    /// reconciled twice at once). Each reconcile holds the objects it
+    /// builds and sends, so this bounds the operator's memory when many
+    /// resources change together.
+    #[arg(long, env = "BATON_MAX_CONCURRENT_RECONCILES", default_value_t = 16,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_reconciles: u16,
 }
 
 fn parse_interval(value: &str) -> Result<Duration, String> {
@@ -205,6 +212,7 @@ async fn run_controller(
     });
     info!(scope = ?scope, "reconciling AgentDeployments");
     Controller::new(resources, watcher::Config::default().any_semantic())
+        .with_config(controller::Config::default().concurrency(args.max_concurrent_reconciles))
         .owns_stream(streams.service_accounts)
         .owns_stream(streams.secrets)
         .owns_stream(streams.config_maps)

@@ -219,7 +219,7 @@ async fn reconcile_resource(
         }
     }
     let owner_uid = agd.uid().unwrap_or_default();
-    let live_children = ctx.caches.children_in(&namespace);
+    let live_children = ctx.caches.children_of(&namespace, &owner_uid);
     let prune = children::to_prune(
         live_children.iter().map(|(kind, meta)| (*kind, meta)),
         &owner_uid,
