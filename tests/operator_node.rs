@@ -108,23 +108,32 @@ fn ready_replicas(agd: &AgentDeployment) -> i32 {
 /// `kubectl get agd` prints for it.
 async fn wait_ready(ns: &str, name: &str, replicas: i32) -> AgentDeployment {
     let client = control_plane().admin_client().await;
-    let api: Api<AgentDeployment> = Api::namespaced(client, ns);
-    let agd = baton_testkit::poll_async_every(
-        Duration::from_millis(250),
-        START,
-        &format!("{ns}/{name} Ready=True with {replicas} ready replicas"),
-        || {
-            let api = api.clone();
-            async move {
-                let agd = api.get_opt(name).await.ok().flatten()?;
-                (observed_current(&agd)
-                    && condition(&agd, "Ready").is_some_and(|c| c.0 == "True")
-                    && ready_replicas(&agd) == replicas)
-                    .then_some(agd)
+    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), ns);
+    let ready = async {
+        loop {
+            if let Some(agd) = api.get_opt(name).await.ok().flatten()
+                && observed_current(&agd)
+                && condition(&agd, "Ready").is_some_and(|c| c.0 == "True")
+                && ready_replicas(&agd) == replicas
+            {
+                return agd;
             }
-        },
-    )
-    .await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let Ok(agd) = tokio::time::timeout(START, ready).await else {
+        let status = api
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|a| a.status);
+        eprintln!("{ns}/{name} status: {status:#?}");
+        print_pods(&client, ns).await;
+        panic!(
+            "timed out after {START:?} waiting for {ns}/{name} Ready=True with {replicas} ready replicas"
+        );
+    };
     let table = kubectl_ok(control_plane(), &["get", "agd", name, "-n", ns], None);
     eprintln!("{table}");
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
@@ -152,6 +161,29 @@ async fn wait_ready(ns: &str, name: &str, replicas: i32) -> AgentDeployment {
 }
 
 /// One turn on a replica pod's sidecar, answered in full.
+/// Every pod of `ns` with its phase and the end of its containers' logs,
+/// for a test that failed waiting on them.
+async fn print_pods(client: &kube::Client, ns: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for pod in pods
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let logs = node().logs(ns, &name);
+        let lines: Vec<&str> = logs.lines().collect();
+        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+        eprintln!("---- pod {ns}/{name}: {phase} ----\n{tail}");
+    }
+}
+
 async fn chat(pod_ip: std::net::IpAddr, session: &str, input: &str) -> serde_json::Value {
     reqwest::Client::builder()
         .no_proxy()

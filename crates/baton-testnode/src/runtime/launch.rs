@@ -300,11 +300,26 @@ pub(crate) fn build(ctx: LaunchContext<'_>) -> Result<Launch, String> {
         ("HOSTNAME".into(), ctx.hostname.to_owned()),
         ("TMPDIR".into(), tmp.display().to_string()),
     ];
-    for (k, v) in ctx.env.into_iter().chain(extra_env) {
-        let v = mounts.translate(&v);
+    // The container's values name container paths; the node's own
+    // (extra_env) are host paths already.
+    let container_env = ctx.env.into_iter().map(|(k, v)| (k, mounts.translate(&v)));
+    for (k, v) in container_env.chain(extra_env) {
         env.retain(|(key, _)| *key != k);
         env.push((k, v));
     }
+    // A binary the node picked for the image is a host path: a container
+    // mount must not capture it (the sidecar mounts /tmp, and a checkout
+    // can live under /tmp).
+    let node_binary = match ctx.runner {
+        Runner::Baton { binary } | Runner::BatonAgent { binary } => Some(binary.clone()),
+        Runner::Postgres { bin_dir } => Some(bin_dir.join("postgres")),
+        _ => None,
+    };
+    let program = if node_binary.as_deref() == Some(Path::new(&program)) {
+        program
+    } else {
+        mounts.translate(&program)
+    };
     let cwd = ctx
         .container
         .working_dir
@@ -312,7 +327,7 @@ pub(crate) fn build(ctx: LaunchContext<'_>) -> Result<Launch, String> {
         .and_then(|w| mounts.host_path(w))
         .unwrap_or_else(|| cdir.to_path_buf());
     Ok(Launch {
-        program: mounts.translate(&program),
+        program,
         args: program_args.iter().map(|a| mounts.translate(a)).collect(),
         env,
         cwd,
@@ -477,6 +492,24 @@ mod tests {
             ]
         );
         assert!(l.env.contains(&("HOSTNAME".into(), "p-0".into())));
+    }
+
+    #[test]
+    fn the_node_binary_is_not_taken_for_a_path_under_a_mount() {
+        // A checkout under /tmp, and a sidecar that mounts /data: the
+        // binary's host path stays, the container's own paths move.
+        let binary = PathBuf::from("/data/ci/target/debug/baton");
+        let c = container(serde_json::json!({
+            "name": "sidecar", "args": ["sidecar", "--workspace-dir=/data/ws"]
+        }));
+        let l = launch(&Runner::Baton { binary }, &c, &[("BATON_DIR", "/data/x")]);
+        assert_eq!(l.program, "/data/ci/target/debug/baton");
+        assert_eq!(l.args, ["sidecar", "--workspace-dir=/h/pv/ws"]);
+        assert!(l.env.contains(&("BATON_DIR".into(), "/h/pv/x".into())));
+        // A program the container names is its own path.
+        let c = container(serde_json::json!({"name": "tool", "command": ["/data/bin/tool"]}));
+        let l = launch(&Runner::Host, &c, &[]);
+        assert_eq!(l.program, "/h/pv/bin/tool");
     }
 
     #[test]
