@@ -1,6 +1,6 @@
 //! Leader election on a `coordination.k8s.io` Lease (kube-lease-manager),
-//! with client-go's lease duration: 15 s, renewed 5 s before it expires.
-//! Only the leader runs the controller; one that loses the Lease stops at
+//! with client-go's timings: a 15 s lease, renewed 5 s before it expires,
+//! and a standby that looks at it every 2 s. Only the leader runs the controller; one that loses the Lease stops at
 //! once (the process exits and rejoins), so two leaders never apply.
 
 use std::future::Future;
