@@ -49,19 +49,51 @@ pub struct Outcome {
     pub fail: bool,
 }
 
+/// Largest `/fill` (the workspace's limit per file is 64 MiB).
+const MAX_FILL_MIB: usize = 64;
+
+/// `bytes` of text that differ from file to file, so each is its own blob.
+fn filler(file: &str, bytes: usize) -> String {
+    let mut text = String::with_capacity(bytes + 64);
+    let mut line = 0u64;
+    while text.len() < bytes {
+        text.push_str(&format!("{file} line {line:012}\n"));
+        line += 1;
+    }
+    let mut end = bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
+}
+
 /// Longest name remembered.
 const MAX_NAME_CHARS: usize = 64;
 
-/// The text after one of the (ASCII) `prefixes`, compared ignoring case.
+/// Where a name ends: the first punctuation mark, ASCII or CJK ("我叫小林，
+/// 帮我记住" names 小林, "I'm Lin, hi" names Lin). Spaces do not end it:
+/// "my name is Lin Xiaoming".
+const NAME_ENDS: [char; 20] = [
+    ',', '.', '!', '?', ';', ':', '，', '。', '！', '？', '；', '：', '、', '(', '（', ')', '）',
+    '"', '“', '\n',
+];
+
+/// The name at the start of `rest`, up to the first punctuation mark.
+fn name_in(rest: &str) -> Option<&str> {
+    let end = rest.find(NAME_ENDS).unwrap_or(rest.len());
+    let name = rest[..end].trim();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The name after one of the `prefixes` (ASCII ones compared ignoring case).
 fn name_after<'a>(input: &'a str, prefixes: &[&str]) -> Option<&'a str> {
     prefixes.iter().find_map(|p| {
         let head = input.get(..p.len())?;
-        let name = input
-            .get(p.len()..)?
-            .trim()
-            .trim_end_matches(['.', '!', '。', '！'])
-            .trim();
-        (head.eq_ignore_ascii_case(p) && !name.is_empty()).then_some(name)
+        if !head.eq_ignore_ascii_case(p) {
+            return None;
+        }
+        name_in(input.get(p.len()..)?)
     })
 }
 
@@ -95,28 +127,18 @@ pub fn respond(memory: &Memory, input: &str) -> Outcome {
     } else if input == "/fail" {
         outcome.fail = true;
         outcome.reply = "failing on purpose".into();
+    } else if let Some(rest) = input.strip_prefix("/fill ") {
+        // `/fill <file> <MiB>`: a large file, for tests of big workspaces.
+        let (file, mib) = rest.trim().split_once(' ').unwrap_or((rest.trim(), "1"));
+        let mib: usize = mib.trim().parse().unwrap_or(1).min(MAX_FILL_MIB);
+        outcome.files.push((file.to_owned(), filler(file, mib << 20)));
+        outcome.reply = format!("filled {file} with {mib} MiB");
     } else if let Some(rest) = input.strip_prefix("/write ") {
         let (file, content) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
         outcome
             .files
             .push((file.to_owned(), format!("{content}\n")));
         outcome.reply = format!("wrote {file}");
-    } else if let Some(name) = name_after(input, &["my name is ", "i am ", "i'm "]) {
-        let name: String = name.chars().take(MAX_NAME_CHARS).collect();
-        outcome.reply = format!("Nice to meet you, {name}.");
-        memory.name = Some(name);
-    } else if let Some(name) = input
-        .strip_prefix("我叫")
-        .map(str::trim)
-        .filter(|n| !n.is_empty() && !asks_for_name(input))
-    {
-        let name: String = name
-            .trim_end_matches(['。', '！', '.'])
-            .chars()
-            .take(MAX_NAME_CHARS)
-            .collect();
-        outcome.reply = format!("你好，{name}！");
-        memory.name = Some(name);
     } else if asks_for_name(input) {
         let chinese = !input.is_ascii();
         outcome.reply = match (&memory.name, chinese) {
@@ -125,6 +147,16 @@ pub fn respond(memory: &Memory, input: &str) -> Outcome {
             (None, false) => "I don't know your name yet.".into(),
             (None, true) => "我还不知道你的名字。".into(),
         };
+    } else if let Some(name) =
+        name_after(input, &["my name is ", "i am ", "i'm ", "call me "])
+    {
+        let name: String = name.chars().take(MAX_NAME_CHARS).collect();
+        outcome.reply = format!("Nice to meet you, {name}.");
+        memory.name = Some(name);
+    } else if let Some(name) = name_after(input, &["我叫", "我是", "叫我"]) {
+        let name: String = name.chars().take(MAX_NAME_CHARS).collect();
+        outcome.reply = format!("你好，{name}！");
+        memory.name = Some(name);
     } else {
         outcome.reply = format!("You said: {input} (turn {})", memory.turns);
     }
@@ -165,6 +197,32 @@ mod tests {
     }
 
     #[test]
+    fn a_name_ends_at_punctuation_and_more_phrasings_are_understood() {
+        for (said, name) in [
+            ("我叫小林，帮我记住", "小林"),
+            ("我叫小林。", "小林"),
+            ("我是小林", "小林"),
+            ("叫我小林！", "小林"),
+            ("I'm Lin", "Lin"),
+            ("i'm Lin, nice to meet you", "Lin"),
+            ("Call me Lin.", "Lin"),
+            ("my name is Lin Xiaoming; remember it", "Lin Xiaoming"),
+            ("My name is Lin!", "Lin"),
+        ] {
+            let out = respond(&Memory::default(), said);
+            assert_eq!(out.memory.name.as_deref(), Some(name), "{said:?}");
+        }
+        assert_eq!(
+            chat(&["我叫小林，帮我记住", "我叫什么？"]),
+            ["你好，小林！", "你叫小林。"]
+        );
+        // Questions about the name are not names; nor is a bare prefix.
+        for said in ["我是谁", "我叫什么名字", "my name is ", "我叫，"] {
+            assert_eq!(respond(&Memory::default(), said).memory.name, None, "{said:?}");
+        }
+    }
+
+    #[test]
     fn does_not_invent_a_name() {
         assert_eq!(chat(&["what's my name"]), ["I don't know your name yet."]);
         assert_eq!(chat(&["我叫什么？"]), ["我还不知道你的名字。"]);
@@ -187,6 +245,13 @@ mod tests {
         assert_eq!(
             out.files,
             [("report.txt".to_owned(), "42 apples\n".to_owned())]
+        );
+        let out = respond(&Memory::default(), "/fill big.bin 2");
+        assert_eq!(out.files[0].0, "big.bin");
+        assert_eq!(out.files[0].1.len(), 2 << 20);
+        assert_ne!(
+            respond(&Memory::default(), "/fill other.bin 2").files[0].1,
+            out.files[0].1
         );
         assert_eq!(
             respond(&Memory::default(), "/sleep 99999999").delay,
