@@ -33,6 +33,7 @@ pub enum Stores {
 
 /// Servers behind a `Stores::Real` cluster; dropped with it.
 struct RealStores {
+    redis_url: String,
     _redis: RedisServer,
     _postgres: PostgresServer,
     _s3: S3Server,
@@ -56,6 +57,7 @@ fn real_stores() -> RealStores {
         ),
     ];
     RealStores {
+        redis_url: redis.url(),
         _redis: redis,
         _postgres: postgres,
         _s3: s3,
@@ -108,6 +110,11 @@ impl Cluster {
             let pid = u32::try_from(pid).expect("a pid");
             baton_testkit::stop_outside_a_sqlite_write(pid, &self.data_dir.join("baton.db")).await;
         }
+    }
+
+    /// The Redis of a `Stores::Real` cluster.
+    pub fn redis_url(&self) -> Option<&str> {
+        self._stores.as_ref().map(|s| s.redis_url.as_str())
     }
 
     pub async fn start(stores: Stores) -> Self {

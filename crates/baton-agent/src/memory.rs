@@ -131,7 +131,9 @@ pub fn respond(memory: &Memory, input: &str) -> Outcome {
         // `/fill <file> <MiB>`: a large file, for tests of big workspaces.
         let (file, mib) = rest.trim().split_once(' ').unwrap_or((rest.trim(), "1"));
         let mib: usize = mib.trim().parse().unwrap_or(1).min(MAX_FILL_MIB);
-        outcome.files.push((file.to_owned(), filler(file, mib << 20)));
+        outcome
+            .files
+            .push((file.to_owned(), filler(file, mib << 20)));
         outcome.reply = format!("filled {file} with {mib} MiB");
     } else if let Some(rest) = input.strip_prefix("/write ") {
         let (file, content) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
@@ -147,9 +149,7 @@ pub fn respond(memory: &Memory, input: &str) -> Outcome {
             (None, false) => "I don't know your name yet.".into(),
             (None, true) => "我还不知道你的名字。".into(),
         };
-    } else if let Some(name) =
-        name_after(input, &["my name is ", "i am ", "i'm ", "call me "])
-    {
+    } else if let Some(name) = name_after(input, &["my name is ", "i am ", "i'm ", "call me "]) {
         let name: String = name.chars().take(MAX_NAME_CHARS).collect();
         outcome.reply = format!("Nice to meet you, {name}.");
         memory.name = Some(name);
@@ -218,7 +218,11 @@ mod tests {
         );
         // Questions about the name are not names; nor is a bare prefix.
         for said in ["我是谁", "我叫什么名字", "my name is ", "我叫，"] {
-            assert_eq!(respond(&Memory::default(), said).memory.name, None, "{said:?}");
+            assert_eq!(
+                respond(&Memory::default(), said).memory.name,
+                None,
+                "{said:?}"
+            );
         }
     }
 

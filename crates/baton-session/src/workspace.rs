@@ -12,10 +12,11 @@
 //! The same code runs on S3 (MinIO, SeaweedFS, AWS) and, for `baton dev`, on
 //! a local directory: both are `object_store` implementations.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -89,6 +90,109 @@ pub struct Materialized {
     pub fetched: usize,
     /// Local files removed because the version does not have them.
     pub removed: usize,
+    /// What the directory's files looked like when they were checked, for
+    /// the next [`WorkspaceStore::snapshot_manifest`].
+    pub files: LocalFiles,
+}
+
+/// What [`WorkspaceStore::snapshot_manifest`] found.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The new manifest's reference, `None` when nothing changed.
+    pub reference: Option<String>,
+    /// Every file the directory holds.
+    pub manifest: Manifest,
+    /// What those files looked like when they were hashed.
+    pub files: LocalFiles,
+}
+
+/// How a local file looked (size, modification and change times, inode)
+/// when it was hashed, and its hash. A file that still looks exactly so is
+/// not read and hashed again: with hundreds of megabytes of workspace, that
+/// is the difference between a turn that stats a few files and one that
+/// reads all of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    size: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+    inode: u64,
+    blob: String,
+}
+
+/// A file modified less than this before it was hashed may change again
+/// within the same timestamp tick (filesystem clocks are coarse: a few ms
+/// on ext4, seconds on some others), so its look proves nothing: it is
+/// hashed again next time. Git calls such entries "racily clean".
+const RACY_WINDOW: Duration = Duration::from_secs(2);
+
+/// The hashes of a directory's files, by relative name, each valid while
+/// the file looks as it did (see [`Seen`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalFiles(HashMap<String, Seen>);
+
+impl LocalFiles {
+    /// The hash of `name` if `meta` shows it unchanged since it was hashed.
+    fn hash_of(&self, name: &str, meta: &std::fs::Metadata) -> Option<FileEntry> {
+        let seen = self.0.get(name)?;
+        (seen.size == meta.len()
+            && seen.modified == (meta.mtime(), meta.mtime_nsec())
+            && seen.changed == (meta.ctime(), meta.ctime_nsec())
+            && seen.inode == meta.ino())
+        .then(|| FileEntry {
+            blob: seen.blob.clone(),
+            size: seen.size,
+        })
+    }
+
+    /// Remembers `entry` as the hash of `name` as `meta` shows it, read at
+    /// `hashed_at`, unless the file changed too shortly before.
+    fn remember(
+        &mut self,
+        name: &str,
+        meta: &std::fs::Metadata,
+        entry: &FileEntry,
+        hashed_at: SystemTime,
+    ) {
+        let recent = |secs: i64, nanos: i64| {
+            let at = SystemTime::UNIX_EPOCH
+                + Duration::new(secs.max(0) as u64, nanos.clamp(0, 999_999_999) as u32);
+            at + RACY_WINDOW > hashed_at
+        };
+        if recent(meta.mtime(), meta.mtime_nsec()) || recent(meta.ctime(), meta.ctime_nsec()) {
+            return;
+        }
+        self.0.insert(
+            name.to_owned(),
+            Seen {
+                size: meta.len(),
+                modified: (meta.mtime(), meta.mtime_nsec()),
+                changed: (meta.ctime(), meta.ctime_nsec()),
+                inode: meta.ino(),
+                blob: entry.blob.clone(),
+            },
+        );
+    }
+
+    /// How many files' hashes are remembered.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Runs filesystem work (walking, reading, hashing) on tokio's blocking
+/// pool: on a runtime thread it would stall every other task there, the
+/// lease renewals of other turns among them.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> WorkspaceResult<T> + Send + 'static,
+) -> WorkspaceResult<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| WorkspaceError::Io(std::io::Error::other(format!("workspace task: {e}"))))?
 }
 
 #[derive(Clone, Debug)]
@@ -96,8 +200,18 @@ pub struct WorkspaceStore {
     store: Arc<dyn ObjectStore>,
 }
 
-fn blob_path(hash: &str) -> ObjectPath {
-    ObjectPath::from(format!("blobs/{}/{hash}", &hash[..2]))
+/// Where the blob of `hash` lives. A hash that is not 64 lowercase hex
+/// digits never came from this code (a hostile or corrupt manifest) and is
+/// refused, never used to build a path.
+fn blob_path(hash: &str) -> WorkspaceResult<ObjectPath> {
+    let valid = hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !valid {
+        return Err(WorkspaceError::Refused {
+            path: hash.chars().take(80).collect(),
+            why: "a blob hash must be 64 lowercase hex digits",
+        });
+    }
+    Ok(ObjectPath::from(format!("blobs/{}/{hash}", &hash[..2])))
 }
 
 /// Where the manifest of `version` written under `fence` lives.
@@ -214,9 +328,9 @@ fn walk(root: &Path) -> WorkspaceResult<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn file_entry(path: &Path) -> WorkspaceResult<(FileEntry, Vec<u8>)> {
-    let size = std::fs::metadata(path)?.len();
-    if size > MAX_FILE_BYTES {
+/// Reads and hashes the file at `path`, which `meta` describes.
+fn file_entry(path: &Path, meta: &std::fs::Metadata) -> WorkspaceResult<(FileEntry, Vec<u8>)> {
+    if meta.len() > MAX_FILE_BYTES {
         return Err(WorkspaceError::Refused {
             path: path.display().to_string(),
             why: "larger than 64 MiB",
@@ -230,6 +344,89 @@ fn file_entry(path: &Path) -> WorkspaceResult<(FileEntry, Vec<u8>)> {
         },
         content,
     ))
+}
+
+/// The local side of materialising: removes what `manifest` does not list
+/// and anything not a plain file where one goes, and answers which files
+/// need their blob (absent or different here). Blocking.
+fn compare_local(
+    dir: &Path,
+    manifest: &Manifest,
+) -> WorkspaceResult<(Vec<String>, usize, LocalFiles)> {
+    std::fs::create_dir_all(dir)?;
+    let mut removed = 0;
+    for file in walk(dir)? {
+        let name = relative_name(dir, &file)?;
+        if !manifest.files.contains_key(&name) {
+            std::fs::remove_file(&file)?;
+            removed += 1;
+        }
+    }
+    let mut files = LocalFiles::default();
+    let mut missing = Vec::new();
+    for (name, entry) in &manifest.files {
+        let path = local_path(dir, name)?;
+        // An agent may have left a symlink (or a directory) where a file
+        // goes, or as one of its parents: never read or write through it.
+        removed += clear_non_files(dir, name)?;
+        let hashed_at = SystemTime::now();
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.len() == entry.size => {
+                let (found, _) = file_entry(&path, &meta)?;
+                if found == *entry {
+                    files.remember(name, &meta, entry, hashed_at);
+                    continue;
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        missing.push(name.clone());
+    }
+    Ok((missing, removed, files))
+}
+
+/// The local side of a snapshot: every file of `dir` with its hash, and
+/// the content of those whose blob `base` does not already have. Files
+/// that look as `seen` remembers them are not read. Blocking.
+fn scan_local(
+    dir: &Path,
+    base: &Manifest,
+    seen: &LocalFiles,
+) -> WorkspaceResult<(Manifest, Vec<(String, Vec<u8>)>, LocalFiles)> {
+    let known: HashSet<&str> = base.files.values().map(|e| e.blob.as_str()).collect();
+    let mut manifest = Manifest::default();
+    let mut new_blobs = Vec::new();
+    let mut files = LocalFiles::default();
+    for file in walk(dir)? {
+        let name = relative_name(dir, &file)?;
+        let meta = std::fs::symlink_metadata(&file)?;
+        let entry = match seen.hash_of(&name, &meta) {
+            Some(entry) => entry,
+            None => {
+                let hashed_at = SystemTime::now();
+                let (entry, content) = file_entry(&file, &meta)?;
+                if !known.contains(entry.blob.as_str()) {
+                    new_blobs.push((entry.blob.clone(), content));
+                }
+                files.remember(&name, &meta, &entry, hashed_at);
+                manifest.files.insert(name, entry);
+                continue;
+            }
+        };
+        if !known.contains(entry.blob.as_str()) {
+            // Remembered from a turn whose snapshot was not committed: its
+            // blob may never have been uploaded, so read it after all.
+            let (entry, content) = file_entry(&file, &meta)?;
+            new_blobs.push((entry.blob.clone(), content));
+            manifest.files.insert(name, entry);
+            continue;
+        }
+        files.remember(&name, &meta, &entry, SystemTime::now());
+        manifest.files.insert(name, entry);
+    }
+    Ok((manifest, new_blobs, files))
 }
 
 impl WorkspaceStore {
@@ -293,7 +490,7 @@ impl WorkspaceStore {
     async fn fetch_blob(&self, name: &str, entry: &FileEntry) -> WorkspaceResult<Bytes> {
         let content = self
             .store
-            .get(&blob_path(&entry.blob))
+            .get(&blob_path(&entry.blob)?)
             .await?
             .bytes()
             .await?;
@@ -318,35 +515,32 @@ impl WorkspaceStore {
             Some(r) => self.load_manifest(r).await?,
             None => Manifest::default(),
         };
-        std::fs::create_dir_all(dir)?;
-        let mut removed = 0;
-        for file in walk(dir)? {
-            let name = relative_name(dir, &file)?;
-            if !manifest.files.contains_key(&name) {
-                std::fs::remove_file(&file)?;
-                removed += 1;
-            }
-        }
+        let (missing, removed, mut files) = {
+            let (dir, manifest) = (dir.to_owned(), manifest.clone());
+            blocking(move || compare_local(&dir, &manifest)).await?
+        };
         let mut fetched = 0;
-        for (name, entry) in &manifest.files {
-            let path = local_path(dir, name)?;
-            // An agent may have left a symlink (or a directory) where a file
-            // goes, or as one of its parents: never read or write through it.
-            removed += clear_non_files(dir, name)?;
-            if path.is_file() && file_entry(&path)?.0 == *entry {
-                continue;
-            }
-            let content = self.fetch_blob(name, entry).await?;
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            std::fs::write(&path, &content)?;
+        for name in missing {
+            let entry = &manifest.files[&name];
+            let content = self.fetch_blob(&name, entry).await?;
+            let path = local_path(dir, &name)?;
+            let written = blocking(move || {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let hashed_at = SystemTime::now();
+                std::fs::write(&path, &content)?;
+                Ok((std::fs::symlink_metadata(&path)?, hashed_at))
+            })
+            .await?;
+            files.remember(&name, &written.0, entry, written.1);
             fetched += 1;
         }
         Ok(Materialized {
             manifest,
             fetched,
             removed,
+            files,
         })
     }
 
@@ -363,36 +557,36 @@ impl WorkspaceStore {
         fence: u64,
     ) -> WorkspaceResult<Option<String>> {
         Ok(self
-            .snapshot_manifest(dir, base, key, version, fence)
+            .snapshot_manifest(dir, base, &LocalFiles::default(), key, version, fence)
             .await?
-            .0)
+            .reference)
     }
 
-    /// [`Self::snapshot`], also returning the manifest of what `dir` holds.
+    /// [`Self::snapshot`], also returning the manifest of what `dir` holds
+    /// and how its files looked. Files that look as `seen` remembers them
+    /// are not read again.
     pub async fn snapshot_manifest(
         &self,
         dir: &Path,
         base: &Manifest,
+        seen: &LocalFiles,
         key: &SessionKey,
         version: u64,
         fence: u64,
-    ) -> WorkspaceResult<(Option<String>, Manifest)> {
-        let mut manifest = Manifest::default();
-        let mut new_blobs = Vec::new();
-        for file in walk(dir)? {
-            let name = relative_name(dir, &file)?;
-            let (entry, content) = file_entry(&file)?;
-            let known = base.files.values().any(|e| e.blob == entry.blob);
-            if !known {
-                new_blobs.push((entry.blob.clone(), content));
-            }
-            manifest.files.insert(name, entry);
-        }
+    ) -> WorkspaceResult<Snapshot> {
+        let (manifest, new_blobs, files) = {
+            let (dir, base, seen) = (dir.to_owned(), base.clone(), seen.clone());
+            blocking(move || scan_local(&dir, &base, &seen)).await?
+        };
         if manifest == *base {
-            return Ok((None, manifest));
+            return Ok(Snapshot {
+                reference: None,
+                manifest,
+                files,
+            });
         }
         for (hash, content) in new_blobs {
-            self.put_once(&blob_path(&hash), Bytes::from(content))
+            self.put_once(&blob_path(&hash)?, Bytes::from(content))
                 .await?;
         }
         let reference = manifest_ref(key, version, fence);
@@ -400,7 +594,11 @@ impl WorkspaceStore {
             .map_err(|e| WorkspaceError::BadManifest(reference.clone(), e))?;
         self.put_once(&ObjectPath::from(reference.as_str()), Bytes::from(body))
             .await?;
-        Ok((Some(reference), manifest))
+        Ok(Snapshot {
+            reference: Some(reference),
+            manifest,
+            files,
+        })
     }
 
     /// Writes an object that must never be overwritten. Content-addressed
@@ -495,4 +693,70 @@ impl WorkspaceStore {
 fn chrono_cutoff(retention: Duration) -> chrono::DateTime<chrono::Utc> {
     let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
     chrono::Utc::now() - retention
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_aged(path: &Path, content: &str, age: Duration) -> std::fs::Metadata {
+        std::fs::write(path, content).unwrap();
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(SystemTime::now() - age).unwrap();
+        std::fs::symlink_metadata(path).unwrap()
+    }
+
+    fn entry_of(content: &str) -> FileEntry {
+        FileEntry {
+            blob: digest(content.as_bytes()),
+            size: content.len() as u64,
+        }
+    }
+
+    /// A remembered hash holds only while the file looks the same, and a
+    /// file that changed just before it was hashed is not remembered.
+    #[test]
+    fn a_remembered_hash_holds_only_for_a_file_that_looks_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notes.md");
+        let old = Duration::from_secs(3600);
+        let meta = write_aged(&path, "first", old);
+        let mut files = LocalFiles::default();
+        // Its change time (ctime, which no one can set) is now: too recent.
+        files.remember("notes.md", &meta, &entry_of("first"), SystemTime::now());
+        assert!(files.is_empty(), "a racily clean file was remembered");
+        let later = SystemTime::now() + RACY_WINDOW + Duration::from_secs(1);
+        files.remember("notes.md", &meta, &entry_of("first"), later);
+        assert_eq!(files.hash_of("notes.md", &meta), Some(entry_of("first")));
+        assert_eq!(files.hash_of("other.md", &meta), None);
+
+        // Same size, same modification time set back: the change time moved.
+        let rewritten = write_aged(&path, "fifth", old);
+        assert_eq!(rewritten.len(), meta.len());
+        assert_eq!(rewritten.mtime(), meta.mtime());
+        if rewritten.ctime_nsec() != meta.ctime_nsec() || rewritten.ctime() != meta.ctime() {
+            assert_eq!(files.hash_of("notes.md", &rewritten), None);
+        }
+        // Another size is another file, whatever the times say.
+        let grown = write_aged(&path, "first and more", old);
+        assert_eq!(files.hash_of("notes.md", &grown), None);
+    }
+
+    /// Blob names come from manifests, which a hostile writer may forge:
+    /// only a SHA-256 in hex becomes a path.
+    #[test]
+    fn only_a_sha256_names_a_blob() {
+        let good = digest(b"x");
+        assert!(blob_path(&good).is_ok());
+        for bad in [
+            "",
+            "a",
+            "ab",
+            "../../etc/passwd",
+            &good.to_uppercase(),
+            &format!("{good}0"),
+        ] {
+            assert!(blob_path(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }

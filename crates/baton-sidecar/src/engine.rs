@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use baton_api::agent_contract::TurnRequest;
 use baton_session::turn_record::{digest, now_ms};
-use baton_session::workspace::{Manifest, WorkspaceError, WorkspaceStore};
+use baton_session::workspace::{LocalFiles, Manifest, WorkspaceError, WorkspaceStore};
 use baton_session::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ReplicaId, SessionKey,
     StoreError, TurnStore,
@@ -168,7 +168,16 @@ struct LocalWorkspaces(std::sync::Mutex<std::collections::HashMap<SessionKey, Lo
 struct LocalDir {
     dir: PathBuf,
     /// What the directory holds, when a commit of ours left it exactly so.
-    holds: Option<(Option<String>, Manifest)>,
+    holds: Option<Holds>,
+}
+
+/// A committed version a session directory holds exactly.
+struct Holds {
+    reference: Option<String>,
+    manifest: Manifest,
+    /// How its files looked when hashed, so the next snapshot reads only
+    /// the files the agent changed.
+    files: LocalFiles,
 }
 
 impl LocalWorkspaces {
@@ -185,10 +194,10 @@ impl LocalWorkspaces {
         key: &SessionKey,
         fence: u64,
         reference: &Option<String>,
-    ) -> std::io::Result<(PathBuf, Option<Manifest>)> {
+    ) -> std::io::Result<(PathBuf, Option<Holds>)> {
         if let Some(entry) = self.lock().get_mut(key) {
             let holds = entry.holds.take();
-            let cached = holds.and_then(|(r, m)| (r == *reference).then_some(m));
+            let cached = holds.filter(|h| h.reference == *reference);
             return Ok((entry.dir.clone(), cached));
         }
         // Unknown here (first turn since start, or forgotten): whatever an
@@ -218,9 +227,9 @@ impl LocalWorkspaces {
     }
 
     /// After a commit: the directory holds exactly that version.
-    fn committed(&self, key: &SessionKey, reference: Option<String>, manifest: Manifest) {
+    fn committed(&self, key: &SessionKey, holds: Holds) {
         if let Some(entry) = self.lock().get_mut(key) {
-            entry.holds = Some((reference, manifest));
+            entry.holds = Some(holds);
         }
     }
 
@@ -243,6 +252,7 @@ struct Prepared {
     /// The new manifest's reference, `None` when no file changed.
     workspace: Option<String>,
     manifest: Manifest,
+    files: LocalFiles,
     started_at_ms: u64,
 }
 
@@ -321,20 +331,28 @@ impl<S: TurnStore + 'static> Engine<S> {
 
     /// One heartbeat: marks this process alive for the heartbeat TTL.
     pub async fn heartbeat(&self) -> Result<(), StoreError> {
-        self.store
+        self.heartbeat_on(&self.store).await
+    }
+
+    async fn heartbeat_on(&self, store: &S) -> Result<(), StoreError> {
+        store
             .heartbeat(&self.holder, self.timings.heartbeat_ttl)
             .await?;
         self.store_ok_at_ms.store(now_ms(), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Beats until the process ends.
-    pub async fn heartbeat_forever(self: Arc<Self>) {
+    /// Beats through `store` until the process ends. Run it on a thread
+    /// of its own with a store connection of its own: the other replicas
+    /// take this one's leases when its heartbeat lapses, so nothing a
+    /// turn does (a slow disk, a big workspace, a busy connection) may
+    /// delay it.
+    pub async fn heartbeat_forever(self: Arc<Self>, store: S) {
         let mut tick = tokio::time::interval(self.timings.heartbeat_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = self.heartbeat().await {
+            if let Err(e) = self.heartbeat_on(&store).await {
                 tracing::warn!(replica = %self.holder, error = %e, "heartbeat failed");
             }
         }
@@ -491,8 +509,14 @@ impl<S: TurnStore + 'static> Engine<S> {
         let committed = self.timed("commit", self.store.commit(&commit)).await;
         match committed {
             Ok(CommitOutcome::Committed { version }) => {
-                self.local
-                    .committed(&lease.key, commit.workspace, prepared.manifest);
+                self.local.committed(
+                    &lease.key,
+                    Holds {
+                        reference: commit.workspace,
+                        manifest: prepared.manifest,
+                        files: prepared.files,
+                    },
+                );
                 Ok(TurnAnswer {
                     reply: prepared.reply,
                     turn_seq: lease.turn_seq,
@@ -541,13 +565,14 @@ impl<S: TurnStore + 'static> Engine<S> {
                 &state.workspace,
             )
             .map_err(WorkspaceError::Io)?;
-        let base = match cached {
-            Some(manifest) => manifest,
+        let (base, seen) = match cached {
+            Some(holds) => (holds.manifest, holds.files),
             None => {
-                self.workspaces
+                let done = self
+                    .workspaces
                     .materialize(state.workspace.as_deref(), &dir)
-                    .await?
-                    .manifest
+                    .await?;
+                (done.manifest, done.files)
             }
         };
         // The state passes through as raw JSON text: checked to be JSON,
@@ -581,15 +606,23 @@ impl<S: TurnStore + 'static> Engine<S> {
                 baton_session::MAX_PAYLOAD_BYTES
             )));
         }
-        let (workspace, manifest) = self
+        let snapshot = self
             .workspaces
-            .snapshot_manifest(&dir, &base, &lease.key, lease.version + 1, lease.fence)
+            .snapshot_manifest(
+                &dir,
+                &base,
+                &seen,
+                &lease.key,
+                lease.version + 1,
+                lease.fence,
+            )
             .await?;
         Ok(Prepared {
             reply: response.reply,
             payload: new_payload,
-            workspace,
-            manifest,
+            workspace: snapshot.reference,
+            manifest: snapshot.manifest,
+            files: snapshot.files,
             started_at_ms,
         })
     }

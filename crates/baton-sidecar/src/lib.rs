@@ -127,9 +127,19 @@ async fn serve<S: ThreadStore>(
     if let Err(e) = engine.heartbeat().await {
         tracing::warn!(error = %e, "first heartbeat failed; not ready until the stores answer");
     }
-    // Once per replica, on this thread: the heartbeat (and, in the store,
-    // the ledger shipper).
-    tokio::spawn(engine.clone().heartbeat_forever());
+    // The heartbeat gets a thread and a store connection of its own (see
+    // `Engine::heartbeat_forever`). The ledger shipper stays on this one.
+    let heart = (engine.clone(), args.clone());
+    let _beating = runtimes::start("baton-heartbeat".into(), move || async move {
+        let (engine, args) = heart;
+        let store = engine.store.for_this_thread(&args).await?;
+        Ok(async move {
+            engine.heartbeat_forever(store).await;
+            Ok(())
+        })
+    })
+    .await
+    .context("heartbeat thread")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;
@@ -145,7 +155,7 @@ async fn serve<S: ThreadStore>(
         lanes.push(sender);
         let (args, engine, auth, stopped) =
             (args.clone(), engine.clone(), auth.clone(), stopped.clone());
-        let thread = runtimes::start(n, move || async move {
+        let thread = runtimes::start(format!("baton-rt-{n}"), move || async move {
             let store = engine.store.for_this_thread(&args).await?;
             let sibling = engine.sibling(
                 store,

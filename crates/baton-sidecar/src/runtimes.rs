@@ -128,11 +128,12 @@ pub async fn serve<S: TurnStore + SessionCatalog + 'static>(
     Ok(())
 }
 
-/// Starts runtime thread `n`: `setup` runs on it first (connecting its
-/// stores) and gives the future the thread then runs until it ends.
-/// Returns once setup is done, with a future that waits for the thread.
+/// Starts a runtime thread called `name`: `setup` runs on it first
+/// (connecting its stores) and gives the future the thread then runs until
+/// it ends. Returns once setup is done, with a future that waits for the
+/// thread.
 pub async fn start<Setup, Ready, Run>(
-    n: usize,
+    name: String,
     setup: Setup,
 ) -> anyhow::Result<impl Future<Output = anyhow::Result<()>>>
 where
@@ -145,24 +146,22 @@ where
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    std::thread::Builder::new()
-        .name(format!("baton-rt-{n}"))
-        .spawn(move || {
-            let result = runtime.block_on(async move {
-                let run = match setup().await {
-                    Ok(run) => {
-                        let _ = ready_tx.send(Ok(()));
-                        run
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return Ok(());
-                    }
-                };
-                run.await
-            });
-            let _ = done_tx.send(result);
-        })?;
+    std::thread::Builder::new().name(name).spawn(move || {
+        let result = runtime.block_on(async move {
+            let run = match setup().await {
+                Ok(run) => {
+                    let _ = ready_tx.send(Ok(()));
+                    run
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return Ok(());
+                }
+            };
+            run.await
+        });
+        let _ = done_tx.send(result);
+    })?;
     ready_rx
         .await
         .context("the runtime thread ended during setup")??;
