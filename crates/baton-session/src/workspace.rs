@@ -387,6 +387,9 @@ fn compare_local(
     Ok((missing, removed, files))
 }
 
+/// Content to upload, by blob hash.
+type NewBlobs = Vec<(String, Vec<u8>)>;
+
 /// The local side of a snapshot: every file of `dir` with its hash, and
 /// the content of those whose blob `base` does not already have. Files
 /// that look as `seen` remembers them are not read. Blocking.
@@ -394,7 +397,7 @@ fn scan_local(
     dir: &Path,
     base: &Manifest,
     seen: &LocalFiles,
-) -> WorkspaceResult<(Manifest, Vec<(String, Vec<u8>)>, LocalFiles)> {
+) -> WorkspaceResult<(Manifest, NewBlobs, LocalFiles)> {
     let known: HashSet<&str> = base.files.values().map(|e| e.blob.as_str()).collect();
     let mut manifest = Manifest::default();
     let mut new_blobs = Vec::new();
