@@ -42,6 +42,7 @@ fn begin_req(key: &SessionKey, replica: &ReplicaId) -> BeginRequest {
         cached_version: None,
         lease_ttl: Duration::from_secs(30),
         state_ttl: Duration::from_secs(3600),
+        reclaim_own_lease: false,
     }
 }
 

@@ -24,6 +24,12 @@ pub struct BeginRequest {
     pub lease_ttl: Duration,
     /// How long a session created by this turn lives if it never commits.
     pub state_ttl: Duration,
+    /// The caller runs no other turn of this session under `replica` (the
+    /// sidecar's in-flight registry guarantees it), so a lease `replica`
+    /// holds is an orphan, left by a grant whose answer was lost or a turn
+    /// that died before releasing it: take it over at once rather than
+    /// answer BUSY naming the caller itself for a whole lease TTL.
+    pub reclaim_own_lease: bool,
 }
 
 /// The right to run one turn, identified by its fence.

@@ -177,6 +177,13 @@ impl TurnStore for SqliteStore {
         .await
         .map_err(db_error)?;
         let held = match held {
+            // An orphan of the caller's own (see `reclaim_own_lease`).
+            Some(row)
+                if req.reclaim_own_lease
+                    && col::<_, String>(&row, "owner")? == req.replica.as_str() =>
+            {
+                None
+            }
             Some(row) => Some(LiveLease {
                 owner: col(&row, "owner")?,
                 expires_in: Duration::from_millis(uint(

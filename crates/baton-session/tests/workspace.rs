@@ -307,6 +307,7 @@ async fn a_turn_with_s3_unreachable_fails_cleanly() {
         cached_version: None,
         lease_ttl: Duration::from_secs(60),
         state_ttl: Duration::from_secs(3600),
+        reclaim_own_lease: false,
     };
     let BeginOutcome::Granted { lease, state } = store.begin(&begin).await.unwrap() else {
         panic!("not granted")

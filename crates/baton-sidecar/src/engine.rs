@@ -399,6 +399,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             cached_version: None,
             lease_ttl: self.timings.lease_ttl,
             state_ttl: self.timings.state_ttl,
+            reclaim_own_lease: true,
         };
         let mut backoff = Duration::from_millis(5);
         let (mut slot, lease, state) = loop {

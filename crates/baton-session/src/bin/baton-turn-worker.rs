@@ -87,6 +87,7 @@ async fn run<S: TurnStore + Clone + 'static>(store: S, o: Options) {
             cached_version: None,
             lease_ttl: o.lease_ttl,
             state_ttl: Duration::from_secs(3600),
+            reclaim_own_lease: false,
         };
         let (lease, state) = loop {
             match store.begin(&req).await {

@@ -35,7 +35,12 @@
 --       the one it acknowledged (AOF fsyncs once a second), and the caller
 --       checks it against the ledger before anyone builds on it),
 --       9 the caller's idea of the current run (a hint; see RunView in
---       redis/mod.rs: commit.lua asks Redis itself)
+--       redis/mod.rs: commit.lua asks Redis itself),
+--       10 "reclaim" when the caller runs no other turn of this session under
+--       its holder id, so a lease that holder has is an orphan (a grant
+--       whose answer was lost, a turn that died before releasing it) and is
+--       taken over at once
+
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
 -- Numbers are written as decimal integers with string.format('%d'): Redis
@@ -69,7 +74,9 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner, held_until = s[5], tonumber(s[6] or 0)
 if owner and held_until and held_until > now_ms then
-  if not (ARGV[6] ~= '' and owner == ARGV[6] and s[2] == ARGV[7]) then
+  local dead = ARGV[6] ~= '' and owner == ARGV[6] and s[2] == ARGV[7]
+  local orphan = ARGV[10] == 'reclaim' and owner == ARGV[1]
+  if not (dead or orphan) then
     return {'BUSY', owner, held_until - now_ms, s[2]}
   end
 end

@@ -379,7 +379,8 @@ impl RedisStore {
                 OnMissing::Create => "create",
                 OnMissing::Report => "report",
             })
-            .arg(&*self.run.get());
+            .arg(&*self.run.get())
+            .arg(if req.reclaim_own_lease { "reclaim" } else { "" });
         // Without a cached version the payload is fetched in the same round
         // trip; with one, only on a cache miss (a third round trip then).
         let fetch_payload = req.cached_version.is_none();

@@ -30,6 +30,7 @@ pub fn begin_req(key: &SessionKey, replica: &ReplicaId, turn_seq: Option<u64>) -
         cached_version: None,
         lease_ttl: LONG,
         state_ttl: DAY,
+        reclaim_own_lease: false,
     }
 }
 
@@ -334,6 +335,53 @@ pub async fn a_dead_replicas_lease_is_free_once_its_heartbeat_stops<S: TurnStore
             .await
             .unwrap(),
         CommitOutcome::LeaseLost
+    );
+}
+
+/// A grant whose answer never reached its replica (a timeout, a reset
+/// connection) leaves a lease that replica does not know it has. Asked with
+/// `reclaim_own_lease` (the sidecar runs no other turn of the session), the
+/// next begin of that same holder takes it over at once, under a new
+/// fence; without it, or from another holder, the lease still counts.
+pub async fn an_orphaned_lease_of_ones_own_is_reclaimed_at_once<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("orphan");
+    turn(&store, &k, &a, "one").await;
+    // The grant happened; its answer was "lost".
+    let (lost, _) = granted(&store, &begin_req(&k, &a, Some(2))).await;
+    for (who, reclaim) in [(&a, false), (&b, true)] {
+        let req = BeginRequest {
+            reclaim_own_lease: reclaim,
+            ..begin_req(&k, who, Some(2))
+        };
+        match store.begin(&req).await.unwrap() {
+            BeginOutcome::Busy { owner, .. } => assert_eq!(owner, "a"),
+            other => panic!("{who} (reclaim {reclaim}) got {other:?}"),
+        }
+    }
+    let reclaim = BeginRequest {
+        reclaim_own_lease: true,
+        ..begin_req(&k, &a, Some(2))
+    };
+    let (lease, state) = granted(&store, &reclaim).await;
+    assert!(
+        lease.fence > lost.fence,
+        "{} <= {}",
+        lease.fence,
+        lost.fence
+    );
+    assert_eq!((lease.turn_seq, state.version), (2, 1));
+    // The orphan's fence is out: had its turn gone on, it could not commit.
+    assert_eq!(
+        store
+            .commit(&commit_req(&lost, "orphan", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::LeaseLost
+    );
+    assert_eq!(
+        store.commit(&commit_req(&lease, "two", "r")).await.unwrap(),
+        CommitOutcome::Committed { version: 2 }
     );
 }
 

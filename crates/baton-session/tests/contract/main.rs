@@ -33,6 +33,7 @@ macro_rules! contract_suite {
             case!(fences_only_grow);
             case!(an_expired_lease_is_free);
             case!(a_dead_replicas_lease_is_free_once_its_heartbeat_stops);
+            case!(an_orphaned_lease_of_ones_own_is_reclaimed_at_once);
             case!(revoke_fences_out_the_holder);
             case!(a_duplicate_turn_seq_returns_the_stored_result);
             case!(a_duplicate_wins_over_busy);
