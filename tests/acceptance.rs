@@ -490,7 +490,7 @@ async fn takeover_frees_a_stuck_session_at_once(stores: Stores) {
 
     let (status, taken) = dev
         .post(
-            &format!("{other}/v1/admin/sessions/s-stuck/takeover"),
+            &format!("{other}/v1/admin/tenants/default/sessions/s-stuck/takeover"),
             &json!({}),
         )
         .await;

@@ -242,8 +242,12 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
     let status_url = format!("{}/v1/admin/status", replica.url);
     let (status, _, _) = send(http.get(&status_url)).await;
     assert_eq!(status, 401, "the admin API needs a token too");
-    let (status, _, _) = send(http.get(&status_url).bearer_auth(TOKEN_ACME)).await;
-    assert_eq!(status, 401, "a tenant's token is not an admin token");
+    let (status, body, _) = send(http.get(&status_url).bearer_auth(TOKEN_ACME)).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (403, Some("FORBIDDEN")),
+        "a tenant's token is not an admin token: {body}"
+    );
     let (status, body, _) = send(http.get(&status_url).bearer_auth(TOKEN_ADMIN)).await;
     assert_eq!(
         (status, body["replica"].as_str()),
@@ -255,6 +259,47 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
         status, 401,
         "nobody drains a replica without an admin token"
     );
+    // Takeover fences out a session's holder: admin only, the tenant in
+    // the path. Neither a tenant (not even the session's own) nor a caller
+    // without a token may; the admin may, for any tenant.
+    let takeover = |tenant: &str, session: &str| {
+        http.post(format!(
+            "{}/v1/admin/tenants/{tenant}/sessions/{session}/takeover",
+            replica.url
+        ))
+    };
+    let (status, _, _) = send(takeover("acme", "s-1")).await;
+    assert_eq!(status, 401, "takeover without a token");
+    for token in [TOKEN_ACME, TOKEN_GLOBEX] {
+        let (status, body, _) = send(takeover("acme", "s-1").bearer_auth(token)).await;
+        assert_eq!(status, 403, "takeover with a tenant's token: {body}");
+    }
+    let (status, body, _) =
+        send(takeover("acme", "s-1").bearer_auth("not-a-known-token-at-all")).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body, _) = send(takeover("acme", "s-1").bearer_auth(TOKEN_ADMIN)).await;
+    assert_eq!(
+        (status, body["tenant"].as_str(), body["session"].as_str()),
+        (200, Some("acme"), Some("s-1")),
+        "{body}"
+    );
+    let (status, body, _) = send(takeover("a{b}", "s-1").bearer_auth(TOKEN_ADMIN)).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("tenant")),
+        "{body}"
+    );
+    // The old route, which took the tenant from the caller, is gone.
+    let (status, _, _) = send(
+        http.post(format!("{}/v1/admin/sessions/s-1/takeover", replica.url))
+            .bearer_auth(TOKEN_ADMIN),
+    )
+    .await;
+    assert_eq!(status, 404);
+    // acme's session still answers, at its version: a takeover writes no state.
+    let (_, acme, _) = send(view(TOKEN_ACME)).await;
+    assert_eq!(acme["version"].as_u64(), Some(1), "{acme}");
+
     // Probes and metrics stay open for the kubelet and Prometheus.
     assert_eq!(
         http.get(format!("{}/readyz", replica.url))

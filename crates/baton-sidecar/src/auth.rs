@@ -29,6 +29,8 @@ pub enum AuthError {
     Missing,
     #[error("unknown bearer token")]
     Unknown,
+    #[error("this is a tenant's token; the admin API needs an admin token")]
+    NotAdmin,
     #[error("header {TENANT_HEADER}: {0}")]
     BadTenant(String),
 }
@@ -93,10 +95,12 @@ impl Auth {
     pub fn admin(&self, headers: &HeaderMap) -> Result<(), AuthError> {
         match self {
             Self::Off => Ok(()),
-            Self::Tokens { admins, .. } => {
+            Self::Tokens { admins, tenants } => {
                 let token = Self::bearer(headers)?;
                 if admins.iter().any(|a| a == token) {
                     Ok(())
+                } else if tenants.contains_key(token) {
+                    Err(AuthError::NotAdmin)
                 } else {
                     Err(AuthError::Unknown)
                 }
@@ -170,7 +174,8 @@ mod tests {
         ]);
         assert_eq!(auth.tenant(&spoof).unwrap().as_str(), "acme");
         // Tenant tokens are not admin tokens, and the other way round.
-        assert_eq!(auth.admin(&ok), Err(AuthError::Unknown));
+        assert_eq!(auth.admin(&ok), Err(AuthError::NotAdmin));
+        assert_eq!(auth.admin(&wrong), Err(AuthError::Unknown));
         let admin = headers(&[("authorization", "Bearer admin-0123456789ab")]);
         assert_eq!(auth.admin(&admin), Ok(()));
         assert_eq!(auth.tenant(&admin), Err(AuthError::Unknown));

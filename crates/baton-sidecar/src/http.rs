@@ -110,6 +110,7 @@ impl From<AuthError> for ApiError {
             AuthError::Missing | AuthError::Unknown => {
                 Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", e.to_string())
             }
+            AuthError::NotAdmin => Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", e.to_string()),
         }
     }
 }
@@ -587,12 +588,20 @@ async fn get_status<S: TurnStore + SessionCatalog + 'static>(
     Ok(Json(status_json(&api.engine)))
 }
 
+/// Takeover is an operator's act (the rollout, the dashboard): it fences
+/// out whoever holds the session, so it needs an admin token, and names the
+/// tenant in the path since an admin token belongs to no tenant.
 async fn post_takeover<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
-    Path(session): Path<String>,
+    Path((tenant, session)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    let key = api.key(&headers, &session)?;
+    admin(&api, &headers)?;
+    let tenant = TenantId::new(tenant)
+        .map_err(|e| ApiError::bad_request(format!("tenant: {e}")).with("field", "tenant"))?;
+    let session = SessionId::new(session)
+        .map_err(|e| ApiError::bad_request(format!("session id: {e}")).with("field", "session"))?;
+    let key = SessionKey { tenant, session };
     let revoked = api.engine.store.revoke(&key).await?;
     tracing::info!(session = %key, revoked = ?revoked, "takeover");
     Ok(Json(json!({
@@ -681,7 +690,7 @@ pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Rout
         .route(paths::PRESTOP, get(prestop::<S>))
         .route("/v1/admin/status", get(get_status::<S>))
         .route(
-            "/v1/admin/sessions/{session}/takeover",
+            "/v1/admin/tenants/{tenant}/sessions/{session}/takeover",
             post(post_takeover::<S>),
         )
         .route(paths::HEALTHZ, get(|| async { "ok\n" }))
