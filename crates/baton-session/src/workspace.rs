@@ -44,6 +44,10 @@ pub enum WorkspaceError {
     Refused { path: String, why: &'static str },
     #[error("manifest {0} is malformed: {1}")]
     BadManifest(String, serde_json::Error),
+    /// Stored data this code never writes: a manifest entry with a forged
+    /// name or hash, a blob whose content does not match its hash.
+    #[error("stored workspace data is corrupt: {what:?}: {why}")]
+    Corrupt { what: String, why: &'static str },
 }
 
 pub type WorkspaceResult<T> = Result<T, WorkspaceError>;
@@ -206,8 +210,8 @@ pub struct WorkspaceStore {
 fn blob_path(hash: &str) -> WorkspaceResult<ObjectPath> {
     let valid = hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     if !valid {
-        return Err(WorkspaceError::Refused {
-            path: hash.chars().take(80).collect(),
+        return Err(WorkspaceError::Corrupt {
+            what: hash.chars().take(80).collect(),
             why: "a blob hash must be 64 lowercase hex digits",
         });
     }
@@ -257,9 +261,9 @@ fn local_path(root: &Path, name: &str) -> WorkspaceResult<PathBuf> {
     let mut path = root.to_path_buf();
     for part in name.split('/') {
         if part.is_empty() || part == "." || part == ".." || part.contains('\\') {
-            return Err(WorkspaceError::Refused {
-                path: name.into(),
-                why: "not a plain relative path",
+            return Err(WorkspaceError::Corrupt {
+                what: name.chars().take(256).collect(),
+                why: "a manifest names a file by a path that is not plain and relative",
             });
         }
         path.push(part);
@@ -498,8 +502,8 @@ impl WorkspaceStore {
             .bytes()
             .await?;
         if digest(&content) != entry.blob {
-            return Err(WorkspaceError::Refused {
-                path: name.to_owned(),
+            return Err(WorkspaceError::Corrupt {
+                what: name.to_owned(),
                 why: "blob content does not match its hash",
             });
         }

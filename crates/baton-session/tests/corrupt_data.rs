@@ -204,3 +204,90 @@ async fn sqlite_refuses_corrupt_counters_without_overwriting_them() {
         .unwrap();
     assert_eq!(payload, b"t1", "the stored state was not overwritten");
 }
+
+/// The session view (what the dashboard and `GET /v1/sessions/..` show)
+/// reads the same counters: one that is not a number is an error, not 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_session_view_refuses_corrupt_counters() {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("view");
+    turn(&store, &k, &a, "t1").await;
+    assert_eq!(store.session(&k).await.unwrap().unwrap().version, 1);
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for (field, value) in [("seq", "x"), ("version", "-1"), ("updated", "1e9")] {
+        let state = baton_session::redis::SessionKeys::new(&k).state;
+        let before: Option<String> = ::redis::cmd("HGET")
+            .arg(&state)
+            .arg(field)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let () = ::redis::cmd("HSET")
+            .arg(&state)
+            .arg(field)
+            .arg(value)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        match store.session(&k).await {
+            Err(StoreError::Corrupt(why)) => assert!(why.contains(field), "{why}"),
+            other => panic!("{field}={value}: {other:?}"),
+        }
+        let () = ::redis::cmd("HSET")
+            .arg(&state)
+            .arg(field)
+            .arg(before.unwrap())
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
+}
+
+/// A state whose payload is gone must not reach the ledger as an empty
+/// durable copy (G7 would later restore "nothing" as the session's state):
+/// shipping that session fails with a typed error, the ledger keeps what
+/// it had, and the records stay in Redis for when it is mended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_payload_is_never_shipped_as_an_empty_copy() {
+    let redis = RedisServer::start();
+    let postgres = baton_testkit::PostgresServer::start();
+    let database = postgres.create_database("corrupt");
+    let store = baton_session::redis_ledger::RedisLedgerStore::connect_without_shipper(
+        &redis.url(),
+        &database,
+    )
+    .await
+    .unwrap();
+    let a = replica(&store, "a").await;
+    let k = key("no-payload");
+    turn(&store, &k, &a, "t1").await;
+    assert_eq!(store.ship(&k).await.unwrap(), 1);
+    turn(&store, &k, &a, "t2").await;
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys = baton_session::redis::SessionKeys::new(&k);
+    let () = ::redis::cmd("DEL")
+        .arg(&keys.payload)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(matches!(store.ship(&k).await, Err(StoreError::Corrupt(_))));
+    let known = store.ledger().session(&k).await.unwrap().unwrap();
+    let durable = known.durable.expect("the first turn's copy");
+    assert_eq!((durable.version, &durable.payload[..]), (1, &b"t1"[..]));
+    let unshipped: i64 = ::redis::cmd("LLEN")
+        .arg(&keys.log)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(unshipped, 1, "the record waits in Redis");
+}

@@ -181,7 +181,7 @@ async fn hostile_manifests_and_links_are_refused(store: WorkspaceStore, tag: &st
         .materialize(Some(&evil_ref), &inner)
         .await
         .unwrap_err();
-    assert!(matches!(err, WorkspaceError::Refused { .. }), "{err}");
+    assert!(matches!(err, WorkspaceError::Corrupt { .. }), "{err}");
     assert!(!target.path().join("escaped.txt").exists());
 
     // A directory an agent left symlinks in: where the version has files

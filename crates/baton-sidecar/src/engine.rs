@@ -116,7 +116,7 @@ impl TurnError {
             // The agent left files the workspace refuses (too many, too big,
             // names that are not UTF-8): its output, not a store outage.
             Self::Workspace(WorkspaceError::Refused { .. }) => "AGENT_FAILED",
-            Self::Workspace(WorkspaceError::BadManifest(..))
+            Self::Workspace(WorkspaceError::BadManifest(..) | WorkspaceError::Corrupt { .. })
             | Self::Store(StoreError::Corrupt(_)) => "CORRUPT",
             Self::Workspace(WorkspaceError::Io(_)) => "WORKSPACE_IO",
             Self::Store(StoreError::TooLarge { .. }) => "TOO_LARGE",

@@ -182,9 +182,11 @@ impl From<TurnError> for ApiError {
             | TurnError::Workspace(WorkspaceError::Refused { .. }) => {
                 status(StatusCode::BAD_GATEWAY)
             }
-            TurnError::Workspace(WorkspaceError::BadManifest(..) | WorkspaceError::Io(_)) => {
-                status(StatusCode::INTERNAL_SERVER_ERROR)
-            }
+            TurnError::Workspace(
+                WorkspaceError::BadManifest(..)
+                | WorkspaceError::Corrupt { .. }
+                | WorkspaceError::Io(_),
+            ) => status(StatusCode::INTERNAL_SERVER_ERROR),
             TurnError::Workspace(WorkspaceError::Store(_)) => {
                 status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
             }

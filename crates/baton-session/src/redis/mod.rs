@@ -729,11 +729,27 @@ impl RedisStore {
                 .iter()
                 .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
                 .collect::<StoreResult<Vec<crate::model::TurnRecord>>>()?;
-            let durable = version.map(|version| crate::ledger::DurableCopy {
-                version,
-                payload: Bytes::from(payload.unwrap_or_default()),
-                workspace: workspace.filter(|w| !w.is_empty()),
-            });
+            let durable = match (version, payload) {
+                (None, _) => None,
+                // A session that never committed has no payload.
+                (Some(0), _) => Some(crate::ledger::DurableCopy {
+                    version: 0,
+                    payload: Bytes::new(),
+                    workspace: None,
+                }),
+                (Some(version), Some(payload)) => Some(crate::ledger::DurableCopy {
+                    version,
+                    payload: Bytes::from(payload),
+                    workspace: workspace.filter(|w| !w.is_empty()),
+                }),
+                // Never an empty copy the ledger would vouch for: the sweep
+                // skips this session (and says so) until it is mended.
+                (Some(version), None) => {
+                    return Err(corrupt(format!(
+                        "{key}: version {version} has no payload; not shipping it as an empty copy"
+                    )));
+                }
+            };
             batches.push(crate::ledger::ShipBatch {
                 key: key.clone(),
                 records,
@@ -963,24 +979,31 @@ impl TurnStore for RedisStore {
         if field("fence").is_none() {
             return Ok(None);
         }
-        let num = |f: &str| field(f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // An absent counter is 0 (a session that never committed has no
+        // version); one that is present and not a number is corrupt.
+        let num = |f: &str| match field(f) {
+            None => Ok(0),
+            Some(v) => v
+                .parse::<u64>()
+                .map_err(|_| corrupt(format!("{key}: field {f} is {v:?}, not a number"))),
+        };
         let now_ms = now.0 * 1000 + now.1 / 1000;
-        let lease = match (field("owner"), num("until")) {
+        let lease = match (field("owner"), num("until")?) {
             (Some(owner), until) if until > now_ms => Some(LeaseView {
                 owner,
-                fence: num("fence"),
-                turn_seq: num("lseq"),
+                fence: num("fence")?,
+                turn_seq: num("lseq")?,
                 expires_at_ms: until,
             }),
             _ => None,
         };
         Ok(Some(SessionView {
             key: key.clone(),
-            version: num("version"),
-            fence: num("fence"),
-            last_turn_seq: num("seq"),
+            version: num("version")?,
+            fence: num("fence")?,
+            last_turn_seq: num("seq")?,
             last_replica: field("replica"),
-            updated_at_ms: num("updated"),
+            updated_at_ms: num("updated")?,
             workspace: field("ws").filter(|w| !w.is_empty()),
             lease,
         }))
