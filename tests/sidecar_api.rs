@@ -672,3 +672,49 @@ async fn runtime_threads_share_one_replica_and_drain_together() {
         .await;
     assert!(exit.success(), "the drained sidecar exits cleanly: {exit}");
 }
+
+/// A turnSeq is an idempotency key, on both turn APIs: the same input gets
+/// the stored result, another input 422 TURN_SEQ_REUSED naming the
+/// turnSeq, and nothing runs or is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_seq_reused_with_another_input_is_refused() {
+    let _one = serial().await;
+    let replica = Replica::start(&[]).await;
+    let http = reqwest::Client::new();
+    let turns = format!("{}/v1/sessions/s-reuse/turns", replica.url);
+    let chat = format!("{}/api/chat", replica.url);
+    let (status, body, _) = send(
+        http.post(&turns)
+            .json(&json!({ "input": "my name is Lin", "turnSeq": 1 })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for request in [
+        http.post(&turns)
+            .json(&json!({ "input": "my name is Kai", "turnSeq": 1 })),
+        http.post(&chat)
+            .json(&json!({ "sessionId": "s-reuse", "input": "my name is Kai", "turnSeq": 1 })),
+    ] {
+        let (status, body, headers) = send(request).await;
+        assert_eq!(
+            (status, body["status"].as_str(), body["turnSeq"].as_u64()),
+            (422, Some("TURN_SEQ_REUSED"), Some(1)),
+            "{body}"
+        );
+        assert_eq!(headers["x-baton-outcome"], "TURN_SEQ_REUSED");
+    }
+    let (status, body, _) = send(
+        http.post(&chat)
+            .json(&json!({ "sessionId": "s-reuse", "input": "my name is Lin", "turnSeq": 1 })),
+    )
+    .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("DUPLICATE")),
+        "{body}"
+    );
+    let (_, view, _) =
+        send(http.get(format!("{}/v1/sessions/s-reuse?state=true", replica.url))).await;
+    assert_eq!(view["version"], 1, "{view}");
+    assert_eq!(view["state"]["payload"]["name"], "Lin", "{view}");
+}

@@ -43,6 +43,7 @@ fn begin_req(key: &SessionKey, replica: &ReplicaId) -> BeginRequest {
         lease_ttl: Duration::from_secs(30),
         state_ttl: Duration::from_secs(3600),
         reclaim_own_lease: false,
+        input_digest: None,
     }
 }
 

@@ -30,6 +30,11 @@ pub struct BeginRequest {
     /// that died before releasing it: take it over at once rather than
     /// answer BUSY naming the caller itself for a whole lease TTL.
     pub reclaim_own_lease: bool,
+    /// The digest of this turn's input ([`crate::turn_record::digest`]): a
+    /// retried turnSeq whose record was committed with another input is
+    /// answered TURN_SEQ_REUSED instead of that input's reply. `None`
+    /// compares nothing.
+    pub input_digest: Option<String>,
 }
 
 /// The right to run one turn, identified by its fence.
@@ -84,6 +89,11 @@ pub enum BeginOutcome {
     /// The turnSeq committed long ago and its result is no longer retained.
     Stale {
         last_turn_seq: u64,
+    },
+    /// The turnSeq committed with another input: a key reused for a
+    /// different request (the IETF Idempotency-Key draft answers 422).
+    TurnSeqReused {
+        turn_seq: u64,
     },
     /// The coordination store lost this session and the ledger, which knows
     /// it reached `last_version`, has no copy of its state to restore.

@@ -206,7 +206,7 @@ impl TurnStore for SqliteStore {
             BeginDecision::Gap { next_turn_seq } => return Ok(BeginOutcome::Gap { next_turn_seq }),
             BeginDecision::Replay { turn_seq } => {
                 let stored = sqlx::query(
-                    "SELECT version, reply FROM turn_results WHERE tenant = ? AND session = ? AND turn_seq = ?",
+                    "SELECT version, reply, input_digest FROM turn_results WHERE tenant = ? AND session = ? AND turn_seq = ?",
                 )
                 .bind(t)
                 .bind(s)
@@ -215,6 +215,16 @@ impl TurnStore for SqliteStore {
                 .await
                 .map_err(db_error)?;
                 return Ok(match stored {
+                    Some(row)
+                        if req.input_digest.as_ref().is_some_and(|asked| {
+                            col::<_, Option<String>>(&row, "input_digest")
+                                .ok()
+                                .flatten()
+                                .is_some_and(|stored| stored != *asked)
+                        }) =>
+                    {
+                        BeginOutcome::TurnSeqReused { turn_seq }
+                    }
                     Some(row) => BeginOutcome::Duplicate(TurnResult {
                         turn_seq,
                         version: counter(&row, "version")?,
@@ -345,12 +355,13 @@ impl TurnStore for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        sqlx::query("INSERT OR REPLACE INTO turn_results (tenant, session, turn_seq, version, reply) VALUES (?, ?, ?, ?, ?)")
+        sqlx::query("INSERT OR REPLACE INTO turn_results (tenant, session, turn_seq, version, reply, input_digest) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(t)
             .bind(s)
             .bind(seq)
             .bind(new_version)
             .bind(req.reply.as_ref())
+            .bind(&req.input_digest)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;

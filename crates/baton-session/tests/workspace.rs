@@ -308,6 +308,7 @@ async fn a_turn_with_s3_unreachable_fails_cleanly() {
         lease_ttl: Duration::from_secs(60),
         state_ttl: Duration::from_secs(3600),
         reclaim_own_lease: false,
+        input_digest: None,
     };
     let BeginOutcome::Granted { lease, state } = store.begin(&begin).await.unwrap() else {
         panic!("not granted")

@@ -74,6 +74,10 @@ pub enum TurnError {
     )]
     Stale { last_turn_seq: u64 },
     #[error(
+        "turnSeq {turn_seq} already committed with another input; a retry must send the same input, a new turn the next turnSeq"
+    )]
+    TurnSeqReused { turn_seq: u64 },
+    #[error(
         "the coordination store lost this session's state (the ledger knows version {last_version} and has no copy)"
     )]
     StateLost { last_version: u64 },
@@ -106,6 +110,7 @@ impl TurnError {
             Self::LeaseLost => "LEASE_LOST",
             Self::Gap { .. } => "GAP",
             Self::Stale { .. } => "STALE",
+            Self::TurnSeqReused { .. } => "TURN_SEQ_REUSED",
             Self::StateLost { .. } => "STATE_LOST",
             Self::Draining => "DRAINING",
             Self::AbortedByDrain => "ABORTED",
@@ -392,6 +397,7 @@ impl<S: TurnStore + 'static> Engine<S> {
 
     async fn run(&self, ask: &TurnAsk) -> Result<TurnAnswer, TurnError> {
         let deadline = Instant::now() + ask.wait;
+        let input_digest = digest(ask.input.as_bytes());
         let begin = BeginRequest {
             key: ask.key.clone(),
             replica: self.holder.clone(),
@@ -400,6 +406,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             lease_ttl: self.timings.lease_ttl,
             state_ttl: self.timings.state_ttl,
             reclaim_own_lease: true,
+            input_digest: Some(input_digest.clone()),
         };
         let mut backoff = Duration::from_millis(5);
         let (mut slot, lease, state) = loop {
@@ -449,6 +456,9 @@ impl<S: TurnStore + 'static> Engine<S> {
                 BeginOutcome::Stale { last_turn_seq } => {
                     return Err(TurnError::Stale { last_turn_seq });
                 }
+                BeginOutcome::TurnSeqReused { turn_seq } => {
+                    return Err(TurnError::TurnSeqReused { turn_seq });
+                }
                 BeginOutcome::StateLost { last_version } => {
                     return Err(TurnError::StateLost { last_version });
                 }
@@ -456,7 +466,9 @@ impl<S: TurnStore + 'static> Engine<S> {
         };
         slot.granted(lease.fence, lease.turn_seq);
         let _held = LeaseGauges::hold(&self.metrics);
-        let result = self.with_lease(ask, &lease, state, &mut slot.abort).await;
+        let result = self
+            .with_lease(ask, input_digest, &lease, state, &mut slot.abort)
+            .await;
         if result.is_err() {
             // Release what we may still hold so the next turn need not wait
             // for the TTL. Compare-and-delete on the fence: a lease we lost,
@@ -471,6 +483,7 @@ impl<S: TurnStore + 'static> Engine<S> {
     async fn with_lease(
         &self,
         ask: &TurnAsk,
+        input_digest: String,
         lease: &Lease,
         state: baton_session::SessionState,
         abort: &mut tokio::sync::watch::Receiver<bool>,
@@ -505,7 +518,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             reply: Bytes::from(prepared.reply.clone()),
             state_ttl: self.timings.state_ttl,
             started_at_ms: prepared.started_at_ms,
-            input_digest: digest(ask.input.as_bytes()),
+            input_digest,
         };
         let committed = self.timed("commit", self.store.commit(&commit)).await;
         match committed {

@@ -157,6 +157,9 @@ impl From<TurnError> for ApiError {
             TurnError::Gap { next_turn_seq } => {
                 status(StatusCode::CONFLICT).with("nextTurnSeq", next_turn_seq)
             }
+            TurnError::TurnSeqReused { turn_seq } => status(StatusCode::UNPROCESSABLE_ENTITY)
+                .with("turnSeq", turn_seq)
+                .with("field", "turnSeq"),
             TurnError::Stale { last_turn_seq } => {
                 status(StatusCode::CONFLICT).with("lastTurnSeq", last_turn_seq)
             }

@@ -88,6 +88,7 @@ async fn run<S: TurnStore + Clone + 'static>(store: S, o: Options) {
             lease_ttl: o.lease_ttl,
             state_ttl: Duration::from_secs(3600),
             reclaim_own_lease: false,
+            input_digest: None,
         };
         let (lease, state) = loop {
             match store.begin(&req).await {

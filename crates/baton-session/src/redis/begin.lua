@@ -39,7 +39,10 @@
 --       10 "reclaim" when the caller runs no other turn of this session under
 --       its holder id, so a lease that holder has is an orphan (a grant
 --       whose answer was lost, a turn that died before releasing it) and is
---       taken over at once
+--       taken over at once,
+--       11 that turnSeq's digest slot ("d<turnSeq mod RESULTS_RETAINED>",
+--       "<turnSeq>:<input digest>" of the record in the slot) or "": answered
+--       with DUPLICATE so the caller can tell a retry from a reused turnSeq
 
 -- A lease whose owner the caller found dead (no heartbeat) is taken over only
 -- if it is still that owner's with that fence.
@@ -48,7 +51,7 @@
 local function int(n) return string.format('%d', n) end
 local state = KEYS[1]
 
-local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', ARGV[3], 'exp', 'run')
+local s = redis.call('HMGET', state, 'version', 'fence', 'seq', 'ws', 'owner', 'until', ARGV[3], 'exp', 'run', ARGV[11])
 -- Counters that are present but not numbers mean corrupt data: refuse, never
 -- read them as 0 and overwrite.
 local version, fence, last = tonumber(s[1] or 0), tonumber(s[2] or 0), tonumber(s[3] or 0)
@@ -66,7 +69,7 @@ local seq = tonumber(ARGV[2])
 if seq and seq <= last then
   -- The slot may hold a later turn's record: the caller checks the turnSeq
   -- in it and answers STALE when it is not this one.
-  if s[7] then return {'DUPLICATE', s[7], last} end
+  if s[7] then return {'DUPLICATE', s[7], last, s[10] or false} end
   return {'STALE', last}
 end
 

@@ -13,7 +13,9 @@
 --       outlive a Postgres outage; every commit moves it on, so each record
 --       lives that long after its own commit), 12 "this-run" (Redis with a
 --       ledger) to refuse a lease granted before Redis (re)started: the
---       state it was granted on was vouched for by another run (begin.lua)
+--       state it was granted on was vouched for by another run (begin.lua),
+--       13 the record's digest slot (d<turnSeq mod RESULTS_RETAINED>), 14
+--       "<turnSeq>:<input digest>" for it
 -- Each redis.call costs a few microseconds of Lua glue, more than most
 -- commands themselves, so the script makes as few as it can: the lease is
 -- released by the HSET (an `until` of 0 is an expired lease to every
@@ -50,7 +52,7 @@ local moved = redis.pcall('RENAME', staged, payload)
 if type(moved) == 'table' and moved.err then return {'NOT_STAGED'} end
 
 redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'replica', s[3],
-  'updated', ARGV[9], ARGV[8], ARGV[5], 'exp', int(now_ms + tonumber(ARGV[6])), 'until', '0')
+  'updated', ARGV[9], ARGV[8], ARGV[5], ARGV[13], ARGV[14], 'exp', int(now_ms + tonumber(ARGV[6])), 'until', '0')
 redis.call('PEXPIRE', state, ARGV[6])
 redis.call('RPUSH', log, ARGV[7])
 redis.call('PEXPIRE', log, ARGV[11])

@@ -91,6 +91,14 @@ fn record_slot(turn_seq: u64) -> String {
     format!("i{}", turn_seq % RESULTS_RETAINED)
 }
 
+/// The field beside `record_slot` that holds `"<turnSeq>:<input digest>"`
+/// of the record there. A field of its own, not part of the record, so
+/// builds that predate it read records as before; the turnSeq in it tells
+/// whether a build that did not write it left it from an older turn.
+fn digest_slot(turn_seq: u64) -> String {
+    format!("d{}", turn_seq % RESULTS_RETAINED)
+}
+
 /// `HMGET state version ws`.
 type VersionAndWorkspace = (Option<String>, Option<String>);
 
@@ -303,6 +311,20 @@ fn parse_result(turn_seq: u64, stored: &[u8]) -> StoreResult<Option<TurnResult>>
     }))
 }
 
+/// Whether the record of `turn_seq` was committed with another input than
+/// `req`'s, by its digest field (`"<turnSeq>:<digest>"`). A field of
+/// another turnSeq, or none (a build that predates it wrote the record),
+/// proves nothing: the record is answered as before.
+fn reused(turn_seq: u64, stored: Option<Bytes>, req: &BeginRequest) -> bool {
+    let (Some(stored), Some(asked)) = (stored, &req.input_digest) else {
+        return false;
+    };
+    let prefix = format!("{turn_seq}:");
+    stored
+        .strip_prefix(prefix.as_bytes())
+        .is_some_and(|digest| digest != asked.as_bytes())
+}
+
 impl RedisStore {
     /// Connects (and reconnects on failure) to `url` (`redis://…`).
     pub async fn connect(url: &str) -> StoreResult<Self> {
@@ -380,7 +402,8 @@ impl RedisStore {
                 OnMissing::Report => "report",
             })
             .arg(&*self.run.get())
-            .arg(if req.reclaim_own_lease { "reclaim" } else { "" });
+            .arg(if req.reclaim_own_lease { "reclaim" } else { "" })
+            .arg(req.turn_seq.map(digest_slot).unwrap_or_default());
         // Without a cached version the payload is fetched in the same round
         // trip; with one, only on a cache miss (a third round trip then).
         let fetch_payload = req.cached_version.is_none();
@@ -471,6 +494,9 @@ impl RedisStore {
                     .turn_seq
                     .ok_or_else(|| corrupt("duplicate without turnSeq"))?;
                 match parse_result(turn_seq, &stored)? {
+                    Some(_) if reused(turn_seq, reply.bytes(3)?, req) => {
+                        Ok(BeginOutcome::TurnSeqReused { turn_seq })
+                    }
                     Some(result) => Ok(BeginOutcome::Duplicate(result)),
                     None => Ok(BeginOutcome::Stale {
                         last_turn_seq: reply.num(2)?,
@@ -558,7 +584,9 @@ impl RedisStore {
             .arg(match accepted {
                 LeaseRun::Any => "",
                 LeaseRun::ThisRun => "this-run",
-            });
+            })
+            .arg(digest_slot(turn_seq))
+            .arg(format!("{turn_seq}:{}", req.input_digest));
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua. A failed commit
         // deletes it; one whose script never ran leaves it for the state TTL

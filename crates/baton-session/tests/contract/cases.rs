@@ -31,6 +31,7 @@ pub fn begin_req(key: &SessionKey, replica: &ReplicaId, turn_seq: Option<u64>) -
         lease_ttl: LONG,
         state_ttl: DAY,
         reclaim_own_lease: false,
+        input_digest: None,
     }
 }
 
@@ -433,6 +434,49 @@ pub async fn a_duplicate_turn_seq_returns_the_stored_result<S: TurnStore>(store:
     // No lease was taken by the duplicate: the next turn proceeds at once.
     let (lease, state) = granted(&store, &begin_req(&k, &b, Some(3))).await;
     assert_eq!((lease.turn_seq, state.version), (3, 2));
+}
+
+/// A turnSeq is an idempotency key: retried with the same input it gets
+/// the stored result; reused with another input it is refused (the IETF
+/// Idempotency-Key draft and Stripe answer 422), and nothing is run or
+/// written. A caller that sends no digest compares nothing.
+pub async fn a_turn_seq_reused_with_another_input_is_refused<S: TurnStore>(store: S) {
+    let a = replica(&store, "a").await;
+    let k = key("reused");
+    let asking = |input: Option<&str>| BeginRequest {
+        input_digest: input.map(|i| turn_record::digest(i.as_bytes())),
+        ..begin_req(&k, &a, Some(1))
+    };
+    let (lease, _) = granted(&store, &asking(Some("hello"))).await;
+    let commit = CommitRequest {
+        input_digest: turn_record::digest(b"hello"),
+        ..commit_req(&lease, "one", "hi there")
+    };
+    store.commit(&commit).await.unwrap();
+    match store.begin(&asking(Some("hello"))).await.unwrap() {
+        BeginOutcome::Duplicate(r) => assert_eq!(&r.reply[..], b"hi there"),
+        other => panic!("the same input: {other:?}"),
+    }
+    assert_eq!(
+        store.begin(&asking(Some("goodbye"))).await.unwrap(),
+        BeginOutcome::TurnSeqReused { turn_seq: 1 }
+    );
+    assert!(matches!(
+        store.begin(&asking(None)).await.unwrap(),
+        BeginOutcome::Duplicate(_)
+    ));
+    let state = store.read_state(&k).await.unwrap().unwrap();
+    assert_eq!((state.version, &state.payload[..]), (1, &b"one"[..]));
+    // The next turnSeq is a new turn, whatever its input.
+    let (lease, _) = granted(
+        &store,
+        &BeginRequest {
+            input_digest: Some(turn_record::digest(b"goodbye")),
+            ..begin_req(&k, &a, Some(2))
+        },
+    )
+    .await;
+    assert_eq!(lease.turn_seq, 2);
 }
 
 pub async fn a_duplicate_wins_over_busy<S: TurnStore>(store: S) {

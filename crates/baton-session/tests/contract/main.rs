@@ -37,6 +37,7 @@ macro_rules! contract_suite {
             case!(revoke_fences_out_the_holder);
             case!(a_duplicate_turn_seq_returns_the_stored_result);
             case!(a_duplicate_wins_over_busy);
+            case!(a_turn_seq_reused_with_another_input_is_refused);
             case!(a_gap_in_turn_seq_is_refused);
             case!(a_cached_version_skips_the_payload);
             case!(state_expires_after_its_ttl);
