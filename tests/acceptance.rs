@@ -43,7 +43,67 @@ on_both_stores!(
     a_paused_holder_is_fenced_out,
     takeover_frees_a_stuck_session_at_once,
     rollout_under_load_loses_no_turn,
+    ids_as_users_have_them,
 );
+
+/// Session ids as applications have them (an e-mail address, `user:42`,
+/// Chinese, braces that would move a Redis hash tag, a slash, `..`): each
+/// is its own session, across replicas, with its own files, and none
+/// escapes or meets another in keys, directories or object names.
+async fn ids_as_users_have_them(stores: Stores) {
+    let dev = Cluster::start(stores).await;
+    let long = "用".repeat(85);
+    let ids = [
+        "lin@example.com",
+        "user:42",
+        "用户-1",
+        "{s-1}",
+        "a/b",
+        "..",
+        "a b",
+        "!21",
+        long.as_str(),
+    ];
+    for id in ids {
+        for (input, reply) in [
+            ("my name is Lin", "Nice to meet you, Lin."),
+            ("/write f.txt for this id", "wrote f.txt"),
+            ("what is my name?", "Your name is Lin."),
+        ] {
+            let (status, body) = dev.chat(id, input).await;
+            assert_eq!(
+                (status, body["reply"].as_str()),
+                (200, Some(reply)),
+                "{id:?}: {body}"
+            );
+        }
+        let mut url = reqwest::Url::parse(&dev.url).unwrap();
+        url.path_segments_mut()
+            .unwrap()
+            .extend(["v1", "sessions", id, "files", "f.txt"]);
+        let file = dev.http.get(url).send().await.unwrap();
+        assert_eq!(file.status(), 200, "{id:?}");
+        assert_eq!(file.text().await.unwrap(), "for this id\n");
+    }
+    // `{s-1}` is not `s-1`, nor `a/b` the session `b` of tenant `a`.
+    for other in ["s-1", "b", "a"] {
+        let (status, body) = dev.chat(other, "what is my name?").await;
+        assert_eq!(
+            (status, body["reply"].as_str()),
+            (200, Some("I don't know your name yet.")),
+            "{other}: {body}"
+        );
+    }
+    // Still refused: control characters, and more than 256 bytes.
+    for bad in ["a\nb", &"x".repeat(257)] {
+        let (status, body) = dev.chat(bad, "hello").await;
+        assert_eq!(
+            (status, body["field"].as_str()),
+            (400, Some("sessionId")),
+            "{body}"
+        );
+    }
+}
 
 /// Criterion 1 / G1: turns alternate between the two replicas and each
 /// answers from the other's state; through the front door too.
@@ -288,11 +348,12 @@ async fn concurrent_turns_have_a_single_writer(stores: Stores) {
     eprintln!("G3 distinct burst: {counts:?}");
     assert!(counts.get("OK").copied().unwrap_or(0) >= 1);
 
-    // The same turnSeq 50 times: one runs, the others are refused or get its result.
+    // The same turn (turnSeq and input) 50 times, as a client retrying
+    // it everywhere: one runs, the others are refused or get its result.
     let next = committed.len() as u64 + 1;
     let answers = burst(
         (0..50)
-            .map(|i| (format!("same seq {i}"), Some(next)))
+            .map(|_| ("the same turn".to_owned(), Some(next)))
             .collect(),
     )
     .await;
@@ -321,16 +382,30 @@ async fn concurrent_turns_have_a_single_writer(stores: Stores) {
             other => panic!("unexpected outcome {other}: {body}"),
         }
     }
-    // The stored result again, sequentially: still not a re-run.
+    // The stored result again, sequentially: still not a re-run; and the
+    // turnSeq with another input is not this turn's retry.
     let (status, again) = dev
         .turn_on(
             &dev.url,
             "s-race",
-            &json!({ "input": "ignored", "turnSeq": next }),
+            &json!({ "input": "the same turn", "turnSeq": next }),
             "",
         )
         .await;
     assert_eq!((status, again["status"].as_str()), (200, Some("DUPLICATE")));
+    let (status, reused) = dev
+        .turn_on(
+            &dev.url,
+            "s-race",
+            &json!({ "input": "another turn", "turnSeq": next }),
+            "",
+        )
+        .await;
+    assert_eq!(
+        (status, reused["status"].as_str()),
+        (422, Some("TURN_SEQ_REUSED")),
+        "{reused}"
+    );
     // A turnSeq that skips ahead is a GAP.
     let (status, gap) = dev
         .turn_on(

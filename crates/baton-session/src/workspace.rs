@@ -26,6 +26,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, RetryConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::id_encoding::path_part;
 use crate::ids::SessionKey;
 use crate::turn_record::digest;
 
@@ -222,7 +223,8 @@ fn blob_path(hash: &str) -> WorkspaceResult<ObjectPath> {
 pub fn manifest_ref(key: &SessionKey, version: u64, fence: u64) -> String {
     format!(
         "manifests/{}/{}/{version:020}-{fence}.json",
-        key.tenant, key.session
+        path_part(key.tenant.as_str()),
+        path_part(key.session.as_str())
     )
 }
 

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use baton_api::agent_contract::TurnRequest;
+use baton_session::id_encoding::path_part;
 use baton_session::turn_record::{digest, now_ms};
 use baton_session::workspace::{LocalFiles, Manifest, WorkspaceError, WorkspaceStore};
 use baton_session::{
@@ -207,9 +208,10 @@ impl LocalWorkspaces {
         }
         // Unknown here (first turn since start, or forgotten): whatever an
         // earlier process or an abandoned call left goes, and a new
-        // generation starts. Ids are checked ([A-Za-z0-9._-], not `.` or
-        // `..`), so both are plain path components.
-        let base = root.join(key.tenant.as_str()).join(key.session.as_str());
+        // generation starts. Encoded ids are plain path components.
+        let base = root
+            .join(&*path_part(key.tenant.as_str()))
+            .join(&*path_part(key.session.as_str()));
         match std::fs::remove_dir_all(&base) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}

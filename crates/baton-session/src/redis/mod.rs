@@ -25,6 +25,7 @@ use bytes::Bytes;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script, Value};
 
+use crate::id_encoding::{decode_key_part, key_part};
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseView,
@@ -49,14 +50,15 @@ pub struct SessionKeys {
 
 impl SessionKeys {
     pub fn new(key: &SessionKey) -> Self {
-        // Ids never contain ':' or braces (see ids.rs), so the tag is unambiguous.
-        // Concatenated, not format!ted: this runs several times per turn,
-        // and the formatting machinery showed in the sidecar's profile.
+        // Encoded ids hold no ':' or braces (see id_encoding.rs), so the
+        // tag is unambiguous and an id cannot move it. Concatenated, not
+        // format!ted: this runs several times per turn, and the formatting
+        // machinery showed in the sidecar's profile.
         let tag = [
             "baton:{",
-            key.tenant.as_str(),
+            &key_part(key.tenant.as_str()),
             ":",
-            key.session.as_str(),
+            &key_part(key.session.as_str()),
             "}",
         ]
         .concat();
@@ -857,8 +859,13 @@ impl RedisStore {
             let inner = name
                 .strip_prefix("baton:{")
                 .and_then(|n| n.strip_suffix("}:log"));
-            if let Some((tenant, session)) = inner.and_then(|n| n.split_once(':')) {
-                keys.push(SessionKey::new(tenant, session)?);
+            let decoded = inner
+                .and_then(|n| n.split_once(':'))
+                .and_then(|(t, s)| Some((decode_key_part(t)?, decode_key_part(s)?)));
+            match decoded.map(|(t, s)| SessionKey::new(&t, &s)) {
+                Some(Ok(key)) => keys.push(key),
+                // Not a key this code writes: leave it, say so.
+                _ => tracing::warn!(key = %name, "ignoring a log key that names no session"),
             }
         }
         Ok(keys)
