@@ -46,6 +46,17 @@ on_both_stores!(
     ids_as_users_have_them,
 );
 
+/// `id` as one URL path segment: every byte but `A-Z a-z 0-9 - _ ~`
+/// percent-encoded.
+fn url_segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Session ids as applications have them (an e-mail address, `user:42`,
 /// Chinese, braces that would move a Redis hash tag, a slash, `..`): each
 /// is its own session, across replicas, with its own files, and none
@@ -77,10 +88,12 @@ async fn ids_as_users_have_them(stores: Stores) {
                 "{id:?}: {body}"
             );
         }
-        let mut url = reqwest::Url::parse(&dev.url).unwrap();
-        url.path_segments_mut()
-            .unwrap()
-            .extend(["v1", "sessions", id, "files", "f.txt"]);
+        if id == ".." {
+            // The URL standard reads `%2E%2E` as `..` too: clients drop the
+            // segment, so such an id is reachable through bodies only.
+            continue;
+        }
+        let url = format!("{}/v1/sessions/{}/files/f.txt", dev.url, url_segment(id));
         let file = dev.http.get(url).send().await.unwrap();
         assert_eq!(file.status(), 200, "{id:?}");
         assert_eq!(file.text().await.unwrap(), "for this id\n");

@@ -131,23 +131,17 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
         "{body}"
     );
 
-    // Hostile session ids, percent-encoded so they reach the router intact.
+    // Session ids the runtime refuses (control characters, more than 256
+    // bytes), percent-encoded so they reach the router intact. Braces,
+    // colons, slashes and spaces are ids like any other (tests/acceptance.rs).
     let long_id = "s".repeat(10 * 1024);
-    for id in [
-        "%7Bx%7D",
-        "a%3Ab",
-        "a%2Fb",
-        "%00",
-        "a%20b",
-        "%E5%B0%8F",
-        long_id.as_str(),
-    ] {
+    for id in ["%00", "a%0Ab", "%7F", &"s".repeat(257), long_id.as_str()] {
         let (status, body, _) = send(http.post(turns(id)).json(&json!({ "input": "hi" }))).await;
         assert_eq!(status, 400, "session id {id:.20}: {body}");
         assert_eq!(body["field"], "session", "{body}");
     }
-    // URLs normalise `..` away, so path traversal is tried through the body.
-    for id in ["{tag}", "..", "../etc", ""] {
+    // Through the body: control characters, nothing, too long.
+    for id in ["a\nb", "", &"s".repeat(257)] {
         let (status, body, _) = send(
             http.post(format!("{}/api/chat", replica.url))
                 .json(&json!({ "sessionId": id, "input": "hi" })),
@@ -283,7 +277,7 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
         (200, Some("acme"), Some("s-1")),
         "{body}"
     );
-    let (status, body, _) = send(takeover("a{b}", "s-1").bearer_auth(TOKEN_ADMIN)).await;
+    let (status, body, _) = send(takeover("a%0Ab", "s-1").bearer_auth(TOKEN_ADMIN)).await;
     assert_eq!(
         (status, body["field"].as_str()),
         (400, Some("tenant")),

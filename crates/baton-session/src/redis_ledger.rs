@@ -2,9 +2,14 @@
 //!
 //! Commits go to Redis only; their turn records wait in the session's log
 //! until a shipper stores them in Postgres, off the reply path and at least
-//! once (the ledger's inserts are idempotent). Each commit wakes the shipper
-//! for its session; a sweep every [`SWEEP_INTERVAL`] ships whatever is left
-//! (a replica killed right after a commit, Postgres down for a while).
+//! once (the ledger's inserts are idempotent). Each commit wakes its
+//! replica's shipper for its session (a bounded queue: when it is full the
+//! wake-up is dropped) and indexes the session in Redis; every
+//! [`SWEEP_INTERVAL`] one sweeper, whichever shipper holds the sweeper
+//! lease, ships what the index still names after [`SWEEP_AFTER`] (a replica
+//! killed right after a commit, a dropped wake-up, Postgres down for a
+//! while) and drops the entries whose logs are empty. Neither path walks
+//! the keyspace.
 //!
 //! When Redis has no state for a session, the ledger decides (G7): unknown
 //! to the ledger, the session is new; known with a durable copy, it is
@@ -38,8 +43,20 @@ use crate::redis::{LeaseRun, OnMissing, RawBegin, RedisStore};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore};
 use crate::turn_record::now_ms;
 
-/// How often every replica ships the logs no one else shipped.
+/// How often the sweeper ships the logs no one else shipped.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How old an index entry is before the sweeper takes it: the committing
+/// replica's own shipper normally ships it within milliseconds.
+pub const SWEEP_AFTER: Duration = Duration::from_secs(2);
+/// Wake-ups waiting for a replica's shipper; more are dropped (the sweep
+/// ships them), so a Postgres outage cannot pile them up.
+const WAKE_QUEUE: usize = 4096;
+/// Index entries one sweep looks at, at most (the rest wait a second).
+const SWEEP_LIMIT: usize = 16 * SESSIONS_PER_ROUND;
+/// After a failed round, the shipper waits this long, doubling up to
+/// [`MAX_BACKOFF`], before it tries again.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Records shipped per round trip.
 const SHIP_BATCH: usize = 256;
 /// How long the shipper waits after a commit for more to ship with it.
@@ -67,15 +84,39 @@ struct ShipRound {
 pub struct RedisLedgerStore {
     redis: RedisStore,
     ledger: PostgresLedger,
-    wake: mpsc::UnboundedSender<SessionKey>,
+    wake: mpsc::Sender<SessionKey>,
+    shipper: std::sync::Arc<Shipper>,
+}
+
+/// The background shipper of a store opened with
+/// [`RedisLedgerStore::connect`]: its identity for the sweeper lease, and
+/// how to stop it.
+#[derive(Default)]
+struct Shipper {
+    id: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    done: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl RedisLedgerStore {
     /// Connects both stores and starts the shipper on the current runtime.
     pub async fn connect(redis_url: &str, database_url: &str) -> StoreResult<Self> {
         let (store, woken) = Self::open(redis_url, database_url).await?;
-        tokio::spawn(store.clone().ship_forever(woken));
+        let task = tokio::spawn(store.clone().ship_forever(woken));
+        *store.shipper.done.lock().await = Some(task);
         Ok(store)
+    }
+
+    /// Stops the shipper after one last round of what it was woken for
+    /// (a replica calls it once its turns are drained). Records it did not
+    /// ship stay in Redis, indexed for the next sweeper.
+    pub async fn stop_shipping(&self) {
+        self.shipper.stop.send_replace(true);
+        if let Some(task) = self.shipper.done.lock().await.take()
+            && let Err(e) = task.await
+        {
+            tracing::warn!(error = %e, "the shipper ended abnormally");
+        }
     }
 
     /// Both stores with nobody shipping in the background: records stay in
@@ -91,15 +132,20 @@ impl RedisLedgerStore {
     async fn open(
         redis_url: &str,
         database_url: &str,
-    ) -> StoreResult<(Self, mpsc::UnboundedReceiver<SessionKey>)> {
+    ) -> StoreResult<(Self, mpsc::Receiver<SessionKey>)> {
         let redis = RedisStore::connect(redis_url).await?;
         let ledger = PostgresLedger::connect(database_url).await?;
-        let (wake, woken) = mpsc::unbounded_channel();
+        let (wake, woken) = mpsc::channel(WAKE_QUEUE);
+        let shipper = Shipper {
+            id: format!("shipper-{:016x}", rand::random::<u64>()),
+            ..Shipper::default()
+        };
         Ok((
             Self {
                 redis,
                 ledger,
                 wake,
+                shipper: std::sync::Arc::new(shipper),
             },
             woken,
         ))
@@ -115,11 +161,17 @@ impl RedisLedgerStore {
             redis: self.redis.another_connection(redis_url).await?,
             ledger: self.ledger.clone(),
             wake: self.wake.clone(),
+            shipper: self.shipper.clone(),
         })
     }
 
     pub fn ledger(&self) -> &PostgresLedger {
         &self.ledger
+    }
+
+    /// This store's shipper identity, as the sweeper lease names it.
+    pub fn shipper_id(&self) -> &str {
+        &self.shipper.id
     }
 
     /// Ships every unshipped record of `key`; returns how many.
@@ -173,38 +225,82 @@ impl RedisLedgerStore {
         Ok(round)
     }
 
-    /// Ships the logs of every session that has unshipped records. A session
+    /// One sweep, if this shipper holds the sweeper lease (or takes it):
+    /// ships the sessions the index has named for longer than
+    /// [`SWEEP_AFTER`] and drops the entries whose logs are empty. A session
     /// that fails (a corrupt record, a ledger error) is logged and skipped,
-    /// so it cannot hold back the others.
+    /// so it cannot hold back the others. Returns how many records it
+    /// shipped (0 when another shipper sweeps).
     pub async fn sweep(&self) -> StoreResult<usize> {
+        if !self
+            .redis
+            .sweeper_lease(&self.shipper.id, SWEEP_INTERVAL * 3)
+            .await?
+        {
+            return Ok(0);
+        }
+        self.sweep_now().await
+    }
+
+    /// [`Self::sweep`] without the lease: for tools and tests that ship by hand.
+    pub async fn sweep_now(&self) -> StoreResult<usize> {
+        let backfilled = self.redis.backfill_unshipped().await?;
+        if backfilled > 0 {
+            tracing::info!(
+                sessions = backfilled,
+                "indexed the logs written before the unshipped index existed"
+            );
+        }
+        let entries = self
+            .redis
+            .unshipped(SWEEP_AFTER.as_millis() as u64, SWEEP_LIMIT)
+            .await?;
         let mut shipped = 0;
-        let mut keys = self.redis.sessions_with_logs().await?;
-        // In key order, as the woken path gathers them, so a chunk holds
-        // neighbouring sessions. (The ledger orders its row locks itself.)
-        keys.sort();
-        // SCAN may name a key twice; one session twice in a round would
-        // make the ledger's upsert touch its row twice, which Postgres refuses.
-        keys.dedup();
-        for chunk in keys.chunks(SESSIONS_PER_ROUND) {
-            if let Ok(n) = self.ship_many(chunk).await {
-                shipped += n;
-                continue;
+        for chunk in entries.chunks(SESSIONS_PER_ROUND) {
+            let keys: Vec<&SessionKey> = chunk.iter().map(|e| &e.key).collect();
+            let lengths = self.redis.log_lengths(&keys).await?;
+            let (empty, waiting): (Vec<_>, Vec<_>) =
+                chunk.iter().zip(lengths).partition(|(_, n)| *n == 0);
+            let mut waiting: Vec<SessionKey> =
+                waiting.into_iter().map(|(e, _)| e.key.clone()).collect();
+            // In key order, as the woken path gathers them, so a chunk
+            // holds neighbouring sessions; the ledger's upsert refuses one
+            // session twice in a round.
+            waiting.sort();
+            waiting.dedup();
+            if !waiting.is_empty() {
+                shipped += self.ship_each(&waiting).await;
             }
-            // One by one, to find the session that fails.
-            for key in chunk {
-                match self.ship(key).await {
-                    Ok(n) => shipped += n,
-                    Err(e) => {
-                        tracing::warn!(session = %key, error = %e, "shipping this session's turn records failed")
-                    }
-                }
-            }
+            // Logs found empty leave the index, unless a commit came since.
+            let empty: Vec<_> = empty.into_iter().map(|(e, _)| e).collect();
+            self.redis.unindex(&empty).await?;
         }
         Ok(shipped)
     }
 
-    async fn ship_forever(self, mut woken: mpsc::UnboundedReceiver<SessionKey>) {
+    /// Ships `keys` together, or one by one when that fails, to find and
+    /// skip the session that fails. Returns how many records it shipped.
+    async fn ship_each(&self, keys: &[SessionKey]) -> usize {
+        if let Ok(n) = self.ship_many(keys).await {
+            return n;
+        }
+        let mut shipped = 0;
+        for key in keys {
+            match self.ship(key).await {
+                Ok(n) => shipped += n,
+                Err(e) => {
+                    tracing::warn!(session = %key, error = %e, "shipping this session's turn records failed")
+                }
+            }
+        }
+        shipped
+    }
+
+    async fn ship_forever(self, mut woken: mpsc::Receiver<SessionKey>) {
         let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stop = self.shipper.stop.subscribe();
+        let mut backoff = FIRST_BACKOFF;
         loop {
             let result = tokio::select! {
                 key = woken.recv() => match key {
@@ -214,25 +310,48 @@ impl RedisLedgerStore {
                         // read and one ledger transaction for all of them,
                         // instead of round trips competing with every turn.
                         tokio::time::sleep(SHIP_LINGER).await;
-                        let mut keys = BTreeSet::from([key]);
-                        while keys.len() < SESSIONS_PER_ROUND {
-                            match woken.try_recv() {
-                                Ok(key) => keys.insert(key),
-                                Err(_) => break,
-                            };
-                        }
-                        let keys: Vec<_> = keys.into_iter().collect();
-                        self.ship_many(&keys).await.map(|_| ())
+                        self.ship_woken(key, &mut woken).await
                     }
                     None => return,
                 },
                 _ = sweep.tick() => self.sweep().await.map(|_| ()),
+                // Mapped to (): the guard `wait_for` answers is not Send.
+                () = async { let _ = stop.wait_for(|s| *s).await; } => break,
             };
-            // The records stay in Redis; the next sweep retries.
-            if let Err(e) = result {
-                tracing::warn!(error = %e, "shipping turn records to the ledger failed; will retry");
+            match result {
+                Ok(()) => backoff = FIRST_BACKOFF,
+                Err(e) => {
+                    // The records stay in Redis, indexed; wake-ups that
+                    // arrive meanwhile queue up to WAKE_QUEUE, then drop.
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "shipping turn records to the ledger failed; will retry");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
             }
         }
+        // Stopped: one last round of what this replica committed.
+        if let Ok(key) = woken.try_recv()
+            && let Err(e) = self.ship_woken(key, &mut woken).await
+        {
+            tracing::warn!(error = %e, "the last shipping round failed; a sweeper ships it later");
+        }
+    }
+
+    /// Ships `first` and whatever else the queue holds now, up to a round.
+    async fn ship_woken(
+        &self,
+        first: SessionKey,
+        woken: &mut mpsc::Receiver<SessionKey>,
+    ) -> StoreResult<()> {
+        let mut keys = BTreeSet::from([first]);
+        while keys.len() < SESSIONS_PER_ROUND {
+            match woken.try_recv() {
+                Ok(key) => keys.insert(key),
+                Err(_) => break,
+            };
+        }
+        let keys: Vec<_> = keys.into_iter().collect();
+        self.ship_many(&keys).await.map(|_| ())
     }
 
     /// The ledger's answer for a session Redis (as run `judged_in`) has no
@@ -395,8 +514,9 @@ impl TurnStore for RedisLedgerStore {
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
         let outcome = self.redis.commit_with(req, LeaseRun::ThisRun).await?;
         if matches!(outcome, CommitOutcome::Committed { .. }) {
-            // Off the reply path; a lost wake-up is covered by the sweep.
-            let _ = self.wake.send(req.lease.key.clone());
+            // Off the reply path. A full queue (Postgres down, a burst)
+            // drops the wake-up: the session is indexed, the sweep ships it.
+            let _ = self.wake.try_send(req.lease.key.clone());
         }
         Ok(outcome)
     }

@@ -553,9 +553,11 @@ async fn a_corrupt_log_does_not_hold_back_other_sessions() {
         .await
         .unwrap();
     let broken = baton_session::redis::SessionKeys::new(&key("broken")).log;
-    let () = ::redis::cmd("RPUSH")
-        .arg(&broken)
-        .arg("not a turn record")
+    let () = ::redis::pipe()
+        .zadd(baton_session::redis::UNSHIPPED_INDEX, "acme:broken", 0)
+        .ignore()
+        .rpush(&broken, "not a turn record")
+        .ignore()
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -608,9 +610,12 @@ async fn a_record_below_the_highest_shipped_turn_seq_is_still_shipped() {
         .execute(&mut *hold)
         .await
         .unwrap();
-    let () = ::redis::cmd("RPUSH")
-        .arg(&log)
-        .arg(record(5, 500))
+    // Written as a commit writes it: indexed, then logged.
+    let () = ::redis::pipe()
+        .zadd(baton_session::redis::UNSHIPPED_INDEX, "acme:reused", 0)
+        .ignore()
+        .rpush(&log, record(5, 500))
+        .ignore()
         .query_async(&mut admin)
         .await
         .unwrap();

@@ -148,11 +148,19 @@ mod tests {
         assert_eq!(auth.tenant(&headers(&[])).unwrap().as_str(), "default");
         let acme = headers(&[(TENANT_HEADER, "acme")]);
         assert_eq!(auth.tenant(&acme).unwrap().as_str(), "acme");
-        let hostile = headers(&[(TENANT_HEADER, "a{b}")]);
-        assert!(matches!(
-            auth.tenant(&hostile),
-            Err(AuthError::BadTenant(_))
-        ));
+        // Tenants are the application's ids, braces and all.
+        let braces = headers(&[(TENANT_HEADER, "a{b}")]);
+        assert_eq!(auth.tenant(&braces).unwrap().as_str(), "a{b}");
+        let long = "x".repeat(257);
+        for hostile in [long.as_str(), "a\tb"] {
+            assert!(
+                matches!(
+                    auth.tenant(&headers(&[(TENANT_HEADER, hostile)])),
+                    Err(AuthError::BadTenant(_))
+                ),
+                "{hostile:?}"
+            );
+        }
     }
 
     #[test]
@@ -194,7 +202,7 @@ mod tests {
                 .contains("token=tenant")
         );
         assert!(
-            Auth::parse(Some("0123456789abcdef=ok,0123456789abcdeg=a/b"), None)
+            Auth::parse(Some("0123456789abcdef=ok,0123456789abcdeg=a\u{1}b"), None)
                 .unwrap_err()
                 .contains("entry 1: tenant")
         );

@@ -77,12 +77,20 @@ fn workspace_store(args: &SidecarArgs) -> anyhow::Result<WorkspaceStore> {
 trait ThreadStore: TurnStore + SessionCatalog + Sized + 'static {
     /// A handle whose I/O runs on the current runtime.
     async fn for_this_thread(&self, args: &SidecarArgs) -> anyhow::Result<Self>;
+
+    /// Stops the store's background work (the ledger shipper), once no
+    /// turn runs any more.
+    async fn stop_background(&self) {}
 }
 
 impl ThreadStore for RedisLedgerStore {
     async fn for_this_thread(&self, args: &SidecarArgs) -> anyhow::Result<Self> {
         let url = args.redis_url.as_deref().context("no Redis URL")?;
         Ok(self.with_own_redis_connection(url).await?)
+    }
+
+    async fn stop_background(&self) {
+        self.stop_shipping().await;
     }
 }
 
@@ -189,10 +197,11 @@ async fn serve<S: ThreadStore>(
         drained.drained().await;
         stop.send_replace(true);
     });
-    runtimes::serve(own_lane, api(engine, auth, &args), stopped).await?;
+    runtimes::serve(own_lane, api(engine.clone(), auth, &args), stopped).await?;
     for other in others {
         other.await?;
     }
+    engine.store.stop_background().await;
     tracing::info!("sidecar stopped");
     Ok(())
 }

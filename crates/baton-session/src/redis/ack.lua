@@ -14,7 +14,8 @@ local n = math.floor(#ARGV / 2)
 if n < 1 then return 0 end
 local heads = redis.call('LRANGE', KEYS[1], 0, n - 1)
 if #heads == 0 then return 0 end
--- Same field names as model::TurnRecord; ids never contain quotes.
+-- Same field names as model::TurnRecord. Ids are JSON-escaped inside the
+-- record, so `"turn_seq":` can only be the field itself.
 local function id(record)
   return string.match(record, '"turn_seq":(%d+)'), string.match(record, '"fence":(%d+)')
 end

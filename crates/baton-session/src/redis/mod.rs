@@ -18,6 +18,12 @@
 //! the caller checks the owner's heartbeat and, if it is gone, calls
 //! `begin.lua` again naming the dead owner and its fence. Only that failover
 //! path costs extra round trips.
+//!
+//! Nothing walks the keyspace: two sorted sets index what the background
+//! work needs. `baton:unshipped` holds the sessions whose logs may hold
+//! unshipped records (a ledgered commit adds its session in the same
+//! pipeline, before the record), `baton:replicas` the replicas by when
+//! their heartbeat expires.
 
 use std::time::Duration;
 
@@ -112,6 +118,46 @@ fn heartbeat_key(replica: &str) -> String {
     format!("baton:hb:{replica}")
 }
 
+/// Sessions whose logs may hold unshipped records: member
+/// `<tenant>:<session>` (each [`key_part`]-encoded), score the time of the
+/// last commit that added it (ms, with a random fraction so that two
+/// commits in one millisecond still leave different scores; see
+/// `unindex.lua`).
+pub const UNSHIPPED_INDEX: &str = "baton:unshipped";
+/// Replicas by heartbeat expiry (ms): member the holder id.
+const REPLICAS_INDEX: &str = "baton:replicas";
+/// The sweeper lease: at most one shipper sweeps at a time.
+const SWEEPER_LEASE: &str = "baton:sweeper";
+/// Set once the logs written before the index existed were indexed.
+const UNSHIPPED_BACKFILLED: &str = "baton:unshipped:backfilled";
+/// Replicas that stopped beating this long ago leave the replica index.
+const REPLICA_FORGET_MS: u64 = 3_600_000;
+
+/// The member of `key` in [`UNSHIPPED_INDEX`].
+fn unshipped_member(key: &SessionKey) -> String {
+    [
+        &*key_part(key.tenant.as_str()),
+        ":",
+        &*key_part(key.session.as_str()),
+    ]
+    .concat()
+}
+
+/// The session an [`UNSHIPPED_INDEX`] member names.
+fn session_of_member(member: &str) -> Option<SessionKey> {
+    let (tenant, session) = member.split_once(':')?;
+    SessionKey::new(&decode_key_part(tenant)?, &decode_key_part(session)?).ok()
+}
+
+/// An entry of [`UNSHIPPED_INDEX`] as the sweeper read it.
+#[derive(Clone, Debug)]
+pub(crate) struct Unshipped {
+    pub key: SessionKey,
+    member: String,
+    /// The score as Redis printed it: compared as text by `unindex.lua`.
+    score: String,
+}
+
 struct Scripts {
     begin: Script,
     commit: Script,
@@ -121,6 +167,8 @@ struct Scripts {
     restore: Script,
     vouch: Script,
     ack: Script,
+    unindex: Script,
+    sweeper: Script,
 }
 
 impl Scripts {
@@ -134,6 +182,8 @@ impl Scripts {
             restore: Script::new(include_str!("restore.lua")),
             vouch: Script::new(include_str!("vouch.lua")),
             ack: Script::new(include_str!("ack.lua")),
+            unindex: Script::new(include_str!("unindex.lua")),
+            sweeper: Script::new(include_str!("sweeper.lua")),
         }
     }
 }
@@ -286,6 +336,13 @@ impl Reply {
             other => Err(corrupt(format!("expected bytes at {i}, got {other:?}"))),
         }
     }
+}
+
+/// Steps of the random fraction of an index score: below a millisecond.
+const FRACTION_STEPS: u16 = 1000;
+
+fn rand_fraction() -> u16 {
+    rand::random_range(0..FRACTION_STEPS)
 }
 
 /// A stored result is `"<version>\n<reply>"`.
@@ -589,12 +646,21 @@ impl RedisStore {
             })
             .arg(digest_slot(turn_seq))
             .arg(format!("{turn_seq}:{}", req.input_digest));
+        // With a ledger, the session enters the index of unshipped logs
+        // first, in the same pipeline: a record is never in a log its
+        // session is not indexed for (a failed commit leaves an entry the
+        // sweeper drops). The fraction makes every commit's score its own.
+        let index_score = now_ms as f64 + f64::from(rand_fraction()) / f64::from(FRACTION_STEPS);
+        let member = (accepted == LeaseRun::ThisRun).then(|| unshipped_member(&req.lease.key));
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua. A failed commit
         // deletes it; one whose script never ran leaves it for the state TTL
         // plus STAGED_TTL_MS.
         let ((), reply): ((), Vec<Value>) = self
             .with_script(&self.scripts.commit, |pipe| {
+                if let Some(member) = &member {
+                    pipe.zadd(UNSHIPPED_INDEX, member, index_score).ignore();
+                }
                 pipe.pset_ex(
                     &staged,
                     req.payload.as_ref(),
@@ -821,54 +887,166 @@ impl RedisStore {
         .await
     }
 
-    /// Replicas whose heartbeat key is alive, with when they last beat.
+    /// Replicas whose heartbeat key is alive, with when they last beat:
+    /// the replica index names the candidates (no keyspace walk), their
+    /// heartbeat keys decide. Two round trips, whatever the keyspace holds.
     pub async fn replicas(&self) -> StoreResult<Vec<crate::model::ReplicaView>> {
         let mut conn = self.conn.clone();
-        let mut names = Vec::new();
-        let mut iter: redis::AsyncIter<String> =
-            conn.scan_match("baton:hb:*").await.map_err(unavailable)?;
-        while let Some(item) = iter.next_item().await {
-            names.push(item.map_err(unavailable)?);
-        }
-        drop(iter);
+        let now = turn_record::now_ms();
+        // Clocks differ between replicas: candidates are those whose
+        // expiry is at most a while ago by this clock; the key decides.
+        let (mut names,): (Vec<String>,) = redis::pipe()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(REPLICAS_INDEX)
+            .arg("-inf")
+            .arg(now.saturating_sub(REPLICA_FORGET_MS))
+            .ignore()
+            .cmd("ZRANGE")
+            .arg(REPLICAS_INDEX)
+            .arg(now.saturating_sub(60_000))
+            .arg("+inf")
+            .arg("BYSCORE")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
         names.sort();
-        let mut replicas = Vec::new();
-        for name in names {
-            // Gone between SCAN and GET: it just expired.
-            let seen: Option<u64> = conn.get(&name).await.map_err(unavailable)?;
-            if let (Some(id), Some(last_seen_ms)) = (name.strip_prefix("baton:hb:"), seen) {
-                replicas.push(crate::model::ReplicaView {
-                    id: id.to_owned(),
-                    last_seen_ms,
-                });
-            }
+        if names.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(replicas)
+        let keys: Vec<String> = names.iter().map(|n| heartbeat_key(n)).collect();
+        let seen: Vec<Option<u64>> = conn.mget(&keys).await.map_err(unavailable)?;
+        Ok(names
+            .into_iter()
+            .zip(seen)
+            .filter_map(|(id, seen)| {
+                seen.map(|last_seen_ms| crate::model::ReplicaView { id, last_seen_ms })
+            })
+            .collect())
     }
 
-    /// Sessions whose logs hold unshipped records (SCAN; works per node in a cluster).
-    pub(crate) async fn sessions_with_logs(&self) -> StoreResult<Vec<SessionKey>> {
+    /// Up to `limit` indexed sessions whose last indexing commit is older
+    /// than `older_than_ms` (ms): the woken shipper had its chance at them.
+    pub(crate) async fn unshipped(
+        &self,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Unshipped>> {
+        let before = turn_record::now_ms().saturating_sub(older_than_ms);
+        let entries: Vec<(String, String)> = redis::cmd("ZRANGE")
+            .arg(UNSHIPPED_INDEX)
+            .arg("-inf")
+            .arg(before)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let mut found = Vec::with_capacity(entries.len());
+        for (member, score) in entries {
+            match session_of_member(&member) {
+                Some(key) => found.push(Unshipped { key, member, score }),
+                None => {
+                    // Not an entry this code writes: drop it, say so.
+                    tracing::warn!(%member, "dropping an unshipped-index entry that names no session");
+                    let _: i64 = self
+                        .conn
+                        .clone()
+                        .zrem(UNSHIPPED_INDEX, &member)
+                        .await
+                        .map_err(unavailable)?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// How many records each session's log holds, in one round trip.
+    pub(crate) async fn log_lengths(&self, keys: &[&SessionKey]) -> StoreResult<Vec<u64>> {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.llen(SessionKeys::new(key).log);
+        }
+        pipe.query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Drops `entries` (whose logs were found empty) from the index, each
+    /// unless a commit re-indexed it since it was read (`unindex.lua`).
+    pub(crate) async fn unindex(&self, entries: &[&Unshipped]) -> StoreResult<u64> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = self.scripts.unindex.prepare_invoke();
+        invocation.key(UNSHIPPED_INDEX);
+        for entry in entries {
+            invocation.arg(&entry.member).arg(&entry.score);
+        }
+        invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Takes or keeps the sweeper lease for `holder`; false while another
+    /// shipper holds it.
+    pub(crate) async fn sweeper_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        let held: i64 = self
+            .scripts
+            .sweeper
+            .key(SWEEPER_LEASE)
+            .arg(holder)
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(held == 1)
+    }
+
+    /// Once per Redis: indexes the logs written before the index existed
+    /// (one SCAN, the only walk of the keyspace left). Returns how many it
+    /// found; 0 once done.
+    pub(crate) async fn backfill_unshipped(&self) -> StoreResult<usize> {
         let mut conn = self.conn.clone();
-        let mut keys = Vec::new();
+        let done: bool = conn
+            .exists(UNSHIPPED_BACKFILLED)
+            .await
+            .map_err(unavailable)?;
+        if done {
+            return Ok(0);
+        }
+        let mut members = Vec::new();
         let mut iter: redis::AsyncIter<String> = conn
-            .scan_match("baton:{*}:log")
+            .scan_options(
+                redis::ScanOptions::default()
+                    .with_pattern("baton:{*}:log")
+                    .with_count(1000),
+            )
             .await
             .map_err(unavailable)?;
         while let Some(item) = iter.next_item().await {
             let name = item.map_err(unavailable)?;
-            let inner = name
+            if let Some(inner) = name
                 .strip_prefix("baton:{")
-                .and_then(|n| n.strip_suffix("}:log"));
-            let decoded = inner
-                .and_then(|n| n.split_once(':'))
-                .and_then(|(t, s)| Some((decode_key_part(t)?, decode_key_part(s)?)));
-            match decoded.map(|(t, s)| SessionKey::new(&t, &s)) {
-                Some(Ok(key)) => keys.push(key),
-                // Not a key this code writes: leave it, say so.
-                _ => tracing::warn!(key = %name, "ignoring a log key that names no session"),
+                .and_then(|n| n.strip_suffix("}:log"))
+            {
+                members.push(inner.to_owned());
             }
         }
-        Ok(keys)
+        drop(iter);
+        let mut pipe = redis::pipe();
+        for chunk in members.chunks(1000) {
+            // Score 0: older than anything, swept first.
+            let scored: Vec<(u8, &String)> = chunk.iter().map(|m| (0, m)).collect();
+            pipe.zadd_multiple(UNSHIPPED_INDEX, &scored).ignore();
+        }
+        pipe.set(UNSHIPPED_BACKFILLED, turn_record::now_ms())
+            .ignore();
+        let () = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        Ok(members.len())
     }
 
     /// The fence of the session's lease, if one is held (expired or not:
@@ -947,12 +1125,11 @@ impl TurnStore for RedisStore {
     async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
         // The run, in the same round trip: after a restart the hint is
         // current again within one heartbeat.
+        let now = crate::turn_record::now_ms();
         let ((), info): ((), String) = redis::pipe()
-            .pset_ex(
-                heartbeat_key(replica.as_str()),
-                crate::turn_record::now_ms(),
-                millis(ttl),
-            )
+            .pset_ex(heartbeat_key(replica.as_str()), now, millis(ttl))
+            .zadd(REPLICAS_INDEX, replica.as_str(), now + millis(ttl))
+            .ignore()
             .cmd("INFO")
             .arg("server")
             .query_async(&mut self.conn.clone())
