@@ -81,16 +81,23 @@ impl PostgresLedger {
     /// Connects and applies the migrations (under Postgres' advisory lock,
     /// so replicas starting together migrate once).
     pub async fn connect(url: &str) -> StoreResult<Self> {
+        let pool = Self::connect_reader(url).await?.pool;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("ledger migrations: {e}")))?;
+        Ok(Self { pool })
+    }
+
+    /// Connects without touching the schema: for readers (a dashboard),
+    /// which must not migrate what the replicas use.
+    pub async fn connect_reader(url: &str) -> StoreResult<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(2))
             .connect(url)
             .await
             .map_err(db_error)?;
-        sqlx::migrate!("./migrations/postgres")
-            .run(&pool)
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("ledger migrations: {e}")))?;
         Ok(Self { pool })
     }
 

@@ -7,6 +7,7 @@
 //! [`sqlite::SqliteStore`] for one machine with no servers.
 #![forbid(unsafe_code)]
 
+pub mod catalog;
 pub mod id_encoding;
 pub mod ids;
 pub mod ledger;

@@ -169,12 +169,72 @@ pub struct SessionView {
     pub lease: Option<LeaseView>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseView {
-    pub owner: String,
-    pub fence: u64,
-    pub turn_seq: u64,
-    pub expires_at_ms: u64,
+pub use baton_views::LeaseView;
+
+impl TurnRecord {
+    /// The record as the APIs show it.
+    pub fn to_view(&self) -> baton_views::TurnView {
+        baton_views::TurnView {
+            turn_seq: self.turn_seq,
+            version: self.version,
+            replica: self.replica.clone(),
+            fence: self.fence,
+            input_digest: self.input_digest.clone(),
+            reply_digest: self.reply_digest.clone(),
+            workspace: self.workspace.clone(),
+            started_at_ms: self.started_at_ms,
+            committed_at_ms: self.committed_at_ms,
+        }
+    }
+}
+
+impl SessionView {
+    /// The session as the APIs show it, with its recent `turns` (newest
+    /// first) and, when asked for, its committed state.
+    pub fn to_view(
+        &self,
+        turns: &[TurnRecord],
+        state: Option<baton_views::StateView>,
+    ) -> baton_views::SessionView {
+        baton_views::SessionView {
+            tenant: self.key.tenant.to_string(),
+            session: self.key.session.to_string(),
+            version: self.version,
+            fence: self.fence,
+            last_turn_seq: self.last_turn_seq,
+            last_replica: self.last_replica.clone(),
+            updated_at_ms: self.updated_at_ms,
+            workspace: self.workspace.clone(),
+            lease: self.lease.clone(),
+            turns: turns.iter().map(TurnRecord::to_view).collect(),
+            state,
+        }
+    }
+}
+
+impl SessionPage {
+    /// The page as the APIs show it.
+    pub fn to_view(&self) -> baton_views::SessionPage {
+        baton_views::SessionPage {
+            sessions: self
+                .sessions
+                .iter()
+                .map(|s| baton_views::SessionSummary {
+                    tenant: s.key.tenant.to_string(),
+                    session: s.key.session.to_string(),
+                    version: s.version,
+                    last_turn_seq: s.last_turn_seq,
+                    last_replica: s.last_replica.clone(),
+                    last_turn_at_ms: s.last_turn_at_ms,
+                    turn_count: s.turn_count,
+                })
+                .collect(),
+            next: self.next.as_ref().map(|k| baton_views::PageKey {
+                tenant: k.tenant.to_string(),
+                session: k.session.to_string(),
+            }),
+        }
+    }
 }
 
 /// Longest page [`ListQuery`] returns.
@@ -210,9 +270,4 @@ pub struct SessionPage {
     pub next: Option<SessionKey>,
 }
 
-/// A replica that heartbeats.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReplicaView {
-    pub id: String,
-    pub last_seen_ms: u64,
-}
+pub use baton_views::{ReplicaInfo, ReplicaView};

@@ -529,8 +529,13 @@ impl TurnStore for RedisLedgerStore {
         self.redis.revoke(key).await
     }
 
-    async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
-        self.redis.heartbeat(replica, ttl).await
+    async fn heartbeat_with(
+        &self,
+        replica: &ReplicaId,
+        info: crate::model::ReplicaInfo,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        self.redis.heartbeat_with(replica, info, ttl).await
     }
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {

@@ -24,7 +24,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseView,
-    ListQuery, ReplicaView, SessionPage, SessionState, SessionView, TurnRecord, TurnResult,
+    ListQuery, ReplicaInfo, ReplicaView, SessionPage, SessionState, SessionView, TurnRecord,
+    TurnResult,
 };
 use crate::protocol::{
     BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,
@@ -451,15 +452,22 @@ impl TurnStore for SqliteStore {
         Ok(owner)
     }
 
-    async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
+    async fn heartbeat_with(
+        &self,
+        replica: &ReplicaId,
+        info: ReplicaInfo,
+        ttl: Duration,
+    ) -> StoreResult<()> {
         let now_ms = int(now_us() / 1000);
+        let info = serde_json::to_string(&info).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
-            "INSERT INTO heartbeats (replica, expires_at_ms, last_seen_ms) VALUES (?1, ?2, ?3)
-             ON CONFLICT (replica) DO UPDATE SET expires_at_ms = ?2, last_seen_ms = ?3",
+            "INSERT INTO heartbeats (replica, expires_at_ms, last_seen_ms, info) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (replica) DO UPDATE SET expires_at_ms = ?2, last_seen_ms = ?3, info = ?4",
         )
         .bind(replica.as_str())
         .bind(now_ms.saturating_add(ms(ttl)))
         .bind(now_ms)
+        .bind(info)
         .execute(&self.pool)
         .await
         .map_err(db_error)?;
@@ -578,7 +586,7 @@ impl SessionCatalog for SqliteStore {
 
     async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {
         let rows = sqlx::query(
-            "SELECT replica, last_seen_ms FROM heartbeats WHERE expires_at_ms > ? ORDER BY replica",
+            "SELECT replica, last_seen_ms, info FROM heartbeats WHERE expires_at_ms > ? ORDER BY replica",
         )
         .bind(int(now_us() / 1000))
         .fetch_all(&self.pool)
@@ -586,11 +594,23 @@ impl SessionCatalog for SqliteStore {
         .map_err(db_error)?;
         rows.into_iter()
             .map(|row| {
+                let id: String = col(&row, "replica")?;
                 Ok(ReplicaView {
-                    id: col(&row, "replica")?,
+                    info: replica_info(&id, col::<_, Option<String>>(&row, "info")?.as_deref())?,
+                    id,
                     last_seen_ms: counter(&row, "last_seen_ms")?,
                 })
             })
             .collect()
+    }
+}
+
+/// What a replica said of itself (JSON of [`ReplicaInfo`]); empty when it
+/// said nothing, corrupt when it is not that.
+pub(crate) fn replica_info(id: &str, stored: Option<&str>) -> StoreResult<ReplicaInfo> {
+    match stored {
+        None | Some("") => Ok(ReplicaInfo::default()),
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| StoreError::Corrupt(format!("replica {id}: heartbeat info: {e}"))),
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::ids::{InvalidId, ReplicaId, SessionKey};
 use crate::model::{
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ListQuery, ReplicaView,
-    SessionPage, SessionSummary, SessionView, TurnRecord,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ListQuery, ReplicaInfo,
+    ReplicaView, SessionPage, SessionSummary, SessionView, TurnRecord,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +70,17 @@ pub trait TurnStore: Send + Sync {
     fn heartbeat(
         &self,
         replica: &ReplicaId,
+        ttl: Duration,
+    ) -> impl Future<Output = StoreResult<()>> + Send {
+        self.heartbeat_with(replica, ReplicaInfo::default(), ttl)
+    }
+
+    /// [`Self::heartbeat`], with what the replica says of itself (shown by
+    /// [`SessionCatalog::replicas`]).
+    fn heartbeat_with(
+        &self,
+        replica: &ReplicaId,
+        info: ReplicaInfo,
         ttl: Duration,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 

@@ -143,6 +143,8 @@ pub struct Engine<S> {
     /// does not revive the dead process's leases with its heartbeat.
     pub holder: ReplicaId,
     pub timings: Timings,
+    /// When this process started (Unix ms), for the replica list.
+    pub started_at_ms: u64,
     workspace_root: PathBuf,
     // The rest is shared by the engines of all the replica's runtime
     // threads (see [`Engine::sibling`]).
@@ -300,6 +302,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             replica: replica.to_owned(),
             holder,
             timings,
+            started_at_ms: now_ms(),
             workspace_root,
             inflight: Arc::default(),
             metrics: Metrics::default(),
@@ -322,6 +325,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             replica: self.replica.clone(),
             holder: self.holder.clone(),
             timings: self.timings.clone(),
+            started_at_ms: self.started_at_ms,
             workspace_root: self.workspace_root.clone(),
             inflight: self.inflight.clone(),
             metrics: self.metrics.clone(),
@@ -342,8 +346,15 @@ impl<S: TurnStore + 'static> Engine<S> {
     }
 
     async fn heartbeat_on(&self, store: &S) -> Result<(), StoreError> {
+        let info = baton_session::ReplicaInfo {
+            replica: self.replica.clone(),
+            started_at_ms: self.started_at_ms,
+            draining: self.inflight.is_draining(),
+            in_flight: self.inflight.len() as u64,
+            build: env!("CARGO_PKG_VERSION").to_owned(),
+        };
         store
-            .heartbeat(&self.holder, self.timings.heartbeat_ttl)
+            .heartbeat_with(&self.holder, info, self.timings.heartbeat_ttl)
             .await?;
         self.store_ok_at_ms.store(now_ms(), Ordering::Relaxed);
         Ok(())

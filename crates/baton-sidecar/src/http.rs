@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use baton_api::constants::paths;
 use baton_session::{SessionCatalog, SessionId, SessionKey, StoreError, TenantId, TurnStore};
+use baton_views::{FileList, FileView, ReplicaStatus, SessionView, StateView, Takeover};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -413,7 +414,7 @@ async fn get_session<S: TurnStore + SessionCatalog + 'static>(
     Path(session): Path<String>,
     Query(query): Query<SessionQuery>,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SessionView>> {
     let key = api.key(&headers, &session)?;
     let store = &api.engine.store;
     let Some(view) = store.session(&key).await? else {
@@ -424,48 +425,21 @@ async fn get_session<S: TurnStore + SessionCatalog + 'static>(
         ));
     };
     let turns = store.turns(&key, RECENT_TURNS).await?;
-    let mut body = json!({
-        "tenant": key.tenant.as_str(),
-        "session": key.session.as_str(),
-        "version": view.version,
-        "fence": view.fence,
-        "lastTurnSeq": view.last_turn_seq,
-        "lastReplica": view.last_replica,
-        "updatedAtMs": view.updated_at_ms,
-        "workspace": view.workspace,
-        "lease": view.lease.map(|l| json!({
-            "owner": l.owner,
-            "fence": l.fence,
-            "turnSeq": l.turn_seq,
-            "expiresAtMs": l.expires_at_ms,
-        })),
-        "turns": turns.iter().map(|t| json!({
-            "turnSeq": t.turn_seq,
-            "version": t.version,
-            "replica": t.replica,
-            "fence": t.fence,
-            "inputDigest": t.input_digest,
-            "replyDigest": t.reply_digest,
-            "workspace": t.workspace,
-            "startedAtMs": t.started_at_ms,
-            "committedAtMs": t.committed_at_ms,
-        })).collect::<Vec<_>>(),
-    });
-    if query.state {
-        let state = match store.read_state(&key).await? {
-            Some(s) if !s.payload.is_empty() => {
-                json!({
-                    "version": s.version,
-                    "payload": serde_json::from_slice::<Value>(&s.payload)
-                        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&s.payload).into_owned())),
+    let state = if query.state {
+        store.read_state(&key).await?.map(|s| StateView {
+            version: s.version,
+            payload: if s.payload.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice::<Value>(&s.payload).unwrap_or_else(|_| {
+                    Value::String(String::from_utf8_lossy(&s.payload).into_owned())
                 })
-            }
-            Some(s) => json!({ "version": s.version, "payload": Value::Null }),
-            None => Value::Null,
-        };
-        body["state"] = state;
-    }
-    Ok(Json(body))
+            },
+        })
+    } else {
+        None
+    };
+    Ok(Json(view.to_view(&turns, state)))
 }
 
 /// The committed workspace reference of `key`, or 404.
@@ -487,10 +461,10 @@ async fn list_files<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
     Path(session): Path<String>,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<FileList>> {
     let key = api.key(&headers, &session)?;
     let (version, reference) = committed_workspace(&api.engine, &key).await?;
-    let files: BTreeMap<String, Value> = match &reference {
+    let files = match &reference {
         Some(r) => api
             .engine
             .workspaces
@@ -499,11 +473,17 @@ async fn list_files<S: TurnStore + SessionCatalog + 'static>(
             .map_err(TurnError::from)?
             .files
             .into_iter()
-            .map(|(name, f)| (name, json!({ "size": f.size, "sha256": f.blob })))
+            .map(|(name, f)| {
+                let view = FileView {
+                    size: f.size,
+                    sha256: f.blob,
+                };
+                (name, view)
+            })
             .collect(),
         None => BTreeMap::new(),
     };
-    Ok(Json(json!({ "version": version, "files": files })))
+    Ok(Json(FileList { version, files }))
 }
 
 async fn get_file<S: TurnStore + SessionCatalog + 'static>(
@@ -542,16 +522,16 @@ fn admin<S>(api: &Api<S>, headers: &HeaderMap) -> ApiResult<()> {
     Ok(())
 }
 
-fn status_json<S: TurnStore + 'static>(engine: &Engine<S>) -> Value {
+fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatus {
     let turns = engine.inflight.snapshot();
-    json!({
-        "replica": engine.replica,
-        "holder": engine.holder.as_str(),
-        "draining": engine.inflight.is_draining(),
-        "ready": !engine.inflight.is_draining() && engine.stores_answer(),
-        "inFlight": turns.len(),
-        "turns": turns,
-    })
+    ReplicaStatus {
+        replica: engine.replica.clone(),
+        holder: engine.holder.to_string(),
+        draining: engine.inflight.is_draining(),
+        ready: !engine.inflight.is_draining() && engine.stores_answer(),
+        in_flight: turns.len() as u64,
+        turns,
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -564,33 +544,33 @@ async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
     Query(query): Query<DrainQuery>,
     headers: HeaderMap,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<ReplicaStatus>)> {
     admin(&api, &headers)?;
     api.engine.start_drain();
     if query.wait {
         api.engine.drained().await;
-        return Ok((StatusCode::OK, Json(status_json(&api.engine))));
+        return Ok((StatusCode::OK, Json(status(&api.engine))));
     }
-    Ok((StatusCode::ACCEPTED, Json(status_json(&api.engine))))
+    Ok((StatusCode::ACCEPTED, Json(status(&api.engine))))
 }
 
 /// kubelet's preStop hook: drain, and answer once no turn runs.
 async fn prestop<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ReplicaStatus>> {
     admin(&api, &headers)?;
     api.engine.start_drain();
     api.engine.drained().await;
-    Ok(Json(status_json(&api.engine)))
+    Ok(Json(status(&api.engine)))
 }
 
 async fn get_status<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ReplicaStatus>> {
     admin(&api, &headers)?;
-    Ok(Json(status_json(&api.engine)))
+    Ok(Json(status(&api.engine)))
 }
 
 /// Takeover is an operator's act (the rollout, the dashboard): it fences
@@ -600,7 +580,7 @@ async fn post_takeover<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
     Path((tenant, session)): Path<(String, String)>,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Takeover>> {
     admin(&api, &headers)?;
     let tenant = TenantId::new(tenant)
         .map_err(|e| ApiError::bad_request(format!("tenant: {e}")).with("field", "tenant"))?;
@@ -609,11 +589,11 @@ async fn post_takeover<S: TurnStore + SessionCatalog + 'static>(
     let key = SessionKey { tenant, session };
     let revoked = api.engine.store.revoke(&key).await?;
     tracing::info!(session = %key, revoked = ?revoked, "takeover");
-    Ok(Json(json!({
-        "session": key.session.as_str(),
-        "tenant": key.tenant.as_str(),
-        "revokedOwner": revoked,
-    })))
+    Ok(Json(Takeover {
+        tenant: key.tenant.to_string(),
+        session: key.session.to_string(),
+        revoked_owner: revoked,
+    }))
 }
 
 async fn readyz<S: TurnStore + SessionCatalog + 'static>(

@@ -10,19 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use baton_session::SessionKey;
-use serde::Serialize;
 use tokio::sync::watch;
 
-/// One running turn, as `/v1/admin/status` shows it.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnInFlight {
-    pub tenant: String,
-    pub session: String,
-    pub turn_seq: Option<u64>,
-    pub fence: Option<u64>,
-    pub running_ms: u64,
-}
+pub use baton_views::TurnInFlight;
 
 struct Entry {
     turn_seq: Option<u64>,

@@ -52,8 +52,13 @@ impl<S: TurnStore> TurnStore for Faulty<S> {
     async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
         self.inner.revoke(key).await
     }
-    async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
-        self.inner.heartbeat(replica, ttl).await
+    async fn heartbeat_with(
+        &self,
+        replica: &ReplicaId,
+        info: ReplicaInfo,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        self.inner.heartbeat_with(replica, info, ttl).await
     }
     async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
         self.inner.read_state(key).await

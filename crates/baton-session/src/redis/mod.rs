@@ -118,6 +118,13 @@ fn heartbeat_key(replica: &str) -> String {
     format!("baton:hb:{replica}")
 }
 
+/// What a replica says of itself, beside its heartbeat key (with the same
+/// TTL): a key of its own, so builds that read `baton:hb:*` as a number
+/// still do.
+fn heartbeat_info_key(replica: &str) -> String {
+    format!("baton:hbinfo:{replica}")
+}
+
 /// Sessions whose logs may hold unshipped records: member
 /// `<tenant>:<session>` (each [`key_part`]-encoded), score the time of the
 /// last commit that added it (ms, with a random fraction so that two
@@ -895,13 +902,7 @@ impl RedisStore {
         let now = turn_record::now_ms();
         // Clocks differ between replicas: candidates are those whose
         // expiry is at most a while ago by this clock; the key decides.
-        let (mut names,): (Vec<String>,) = redis::pipe()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(REPLICAS_INDEX)
-            .arg("-inf")
-            .arg(now.saturating_sub(REPLICA_FORGET_MS))
-            .ignore()
-            .cmd("ZRANGE")
+        let mut names: Vec<String> = redis::cmd("ZRANGE")
             .arg(REPLICAS_INDEX)
             .arg(now.saturating_sub(60_000))
             .arg("+inf")
@@ -914,14 +915,24 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let keys: Vec<String> = names.iter().map(|n| heartbeat_key(n)).collect();
-        let seen: Vec<Option<u64>> = conn.mget(&keys).await.map_err(unavailable)?;
-        Ok(names
-            .into_iter()
-            .zip(seen)
-            .filter_map(|(id, seen)| {
-                seen.map(|last_seen_ms| crate::model::ReplicaView { id, last_seen_ms })
-            })
-            .collect())
+        let info_keys: Vec<String> = names.iter().map(|n| heartbeat_info_key(n)).collect();
+        let (seen, infos): (Vec<Option<u64>>, Vec<Option<String>>) = redis::pipe()
+            .mget(&keys)
+            .mget(&info_keys)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let mut replicas = Vec::new();
+        for ((id, seen), info) in names.into_iter().zip(seen).zip(infos) {
+            if let Some(last_seen_ms) = seen {
+                replicas.push(crate::model::ReplicaView {
+                    info: crate::sqlite::replica_info(&id, info.as_deref())?,
+                    id,
+                    last_seen_ms,
+                });
+            }
+        }
+        Ok(replicas)
     }
 
     /// Up to `limit` indexed sessions whose last indexing commit is older
@@ -1039,9 +1050,14 @@ impl RedisStore {
         drop(iter);
         let mut pipe = redis::pipe();
         for chunk in members.chunks(1000) {
-            // Score 0: older than anything, swept first.
-            let scored: Vec<(u8, &String)> = chunk.iter().map(|m| (0, m)).collect();
-            pipe.zadd_multiple(UNSHIPPED_INDEX, &scored).ignore();
+            // Score 0: older than anything, swept first. NX: an entry a
+            // commit made keeps its score.
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(UNSHIPPED_INDEX).arg("NX");
+            for member in chunk {
+                zadd.arg(0).arg(member);
+            }
+            pipe.add_command(zadd).ignore();
         }
         pipe.set(UNSHIPPED_BACKFILLED, turn_record::now_ms())
             .ignore();
@@ -1122,12 +1138,26 @@ impl TurnStore for RedisStore {
             .map_err(unavailable)
     }
 
-    async fn heartbeat(&self, replica: &ReplicaId, ttl: Duration) -> StoreResult<()> {
+    async fn heartbeat_with(
+        &self,
+        replica: &ReplicaId,
+        said: crate::model::ReplicaInfo,
+        ttl: Duration,
+    ) -> StoreResult<()> {
         // The run, in the same round trip: after a restart the hint is
         // current again within one heartbeat.
         let now = crate::turn_record::now_ms();
+        let said = serde_json::to_string(&said).map_err(|e| corrupt(e.to_string()))?;
         let ((), info): ((), String) = redis::pipe()
             .pset_ex(heartbeat_key(replica.as_str()), now, millis(ttl))
+            .pset_ex(heartbeat_info_key(replica.as_str()), said, millis(ttl))
+            .ignore()
+            // Replicas gone for long leave the index (the listing only reads).
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(REPLICAS_INDEX)
+            .arg("-inf")
+            .arg(now.saturating_sub(REPLICA_FORGET_MS))
+            .ignore()
             .zadd(REPLICAS_INDEX, replica.as_str(), now + millis(ttl))
             .ignore()
             .cmd("INFO")

@@ -1,0 +1,53 @@
+//! A reader for dashboards and tools: sessions, their live views and turn
+//! history, and the replicas, from Redis and the ledger, with no
+//! background work and no writes. [`crate::redis_ledger::RedisLedgerStore`]
+//! is a replica's store: it ships turn records, and its ledger connection
+//! migrates the schema; a dashboard must do neither.
+
+use crate::ids::SessionKey;
+use crate::ledger::PostgresLedger;
+use crate::model::{CommittedState, ListQuery, ReplicaView, SessionPage, SessionView, TurnRecord};
+use crate::redis::RedisStore;
+use crate::store::{SessionCatalog, StoreResult, TurnStore};
+
+#[derive(Clone)]
+pub struct RedisCatalog {
+    redis: RedisStore,
+    ledger: PostgresLedger,
+}
+
+impl RedisCatalog {
+    /// Connects to both stores; applies no migration (a ledger that has
+    /// none yet answers errors until a replica has started once).
+    pub async fn connect(redis_url: &str, database_url: &str) -> StoreResult<Self> {
+        Ok(Self {
+            redis: RedisStore::connect(redis_url).await?,
+            ledger: PostgresLedger::connect_reader(database_url).await?,
+        })
+    }
+
+    /// The live view of one session (version, fence, lease), `None` when
+    /// Redis has no state for it.
+    pub async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
+        self.redis.session(key).await
+    }
+
+    /// Its committed state (version, payload, workspace).
+    pub async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
+        self.redis.read_state(key).await
+    }
+}
+
+impl SessionCatalog for RedisCatalog {
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionPage> {
+        self.ledger.list_sessions(query).await
+    }
+
+    async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        self.ledger.turns(key, limit).await
+    }
+
+    async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {
+        self.redis.replicas().await
+    }
+}

@@ -1,0 +1,209 @@
+//! The read side of Baton as its APIs answer it: one session (its state
+//! version, lease and turn history), pages of sessions, the replicas and
+//! what each is doing. Plain data with serde and JSON Schema, camelCase on
+//! the wire; times are Unix milliseconds. The stores produce these
+//! (`baton-session`), the sidecar and the dashboard serve and show them.
+#![forbid(unsafe_code)]
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Who holds a session's lease, while one is held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    /// The holder: a replica's name and a per-process suffix.
+    pub owner: String,
+    pub fence: u64,
+    /// The turn it runs.
+    pub turn_seq: u64,
+    pub expires_at_ms: u64,
+}
+
+/// One committed turn, from the turn ledger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnView {
+    pub turn_seq: u64,
+    /// The state version it committed.
+    pub version: u64,
+    /// The holder that ran it.
+    pub replica: String,
+    pub fence: u64,
+    /// SHA-256 of the input and of the reply, hex: the ledger keeps digests,
+    /// not the texts.
+    pub input_digest: String,
+    pub reply_digest: String,
+    /// Its workspace manifest, if it had files.
+    pub workspace: Option<String>,
+    pub started_at_ms: u64,
+    pub committed_at_ms: u64,
+}
+
+/// A committed state, when asked for (`?state=true`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateView {
+    pub version: u64,
+    /// The agent's state as it wrote it (JSON), `null` before the first
+    /// commit; a string when the stored bytes are not JSON.
+    pub payload: serde_json::Value,
+}
+
+/// One session, live: its version and lease from the coordination store,
+/// its recent turns from the ledger.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    pub tenant: String,
+    pub session: String,
+    pub version: u64,
+    pub fence: u64,
+    pub last_turn_seq: u64,
+    /// The holder of the last commit.
+    pub last_replica: Option<String>,
+    pub updated_at_ms: u64,
+    pub workspace: Option<String>,
+    /// `null` when no turn holds it.
+    pub lease: Option<LeaseView>,
+    /// Newest first.
+    pub turns: Vec<TurnView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<StateView>,
+}
+
+/// One row of the session list (from the ledger).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub tenant: String,
+    pub session: String,
+    pub version: u64,
+    pub last_turn_seq: u64,
+    pub last_replica: Option<String>,
+    pub last_turn_at_ms: u64,
+    pub turn_count: u64,
+}
+
+/// Where the next page of sessions starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PageKey {
+    pub tenant: String,
+    pub session: String,
+}
+
+/// A page of sessions in (tenant, session) order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPage {
+    pub sessions: Vec<SessionSummary>,
+    /// `null` on the last page.
+    pub next: Option<PageKey>,
+}
+
+/// What a replica says of itself with every heartbeat.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReplicaInfo {
+    /// The pod's (or `baton dev` replica's) name.
+    pub replica: String,
+    pub started_at_ms: u64,
+    pub draining: bool,
+    pub in_flight: u64,
+    /// The `baton` build it runs.
+    pub build: String,
+}
+
+/// A live replica: its heartbeat is current.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaView {
+    /// The holder id leases name.
+    pub id: String,
+    /// When its last heartbeat was written, by its clock.
+    pub last_seen_ms: u64,
+    /// What it said then; empty for a build that did not say.
+    #[serde(flatten)]
+    pub info: ReplicaInfo,
+}
+
+/// A turn a replica is running now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnInFlight {
+    pub tenant: String,
+    pub session: String,
+    pub turn_seq: Option<u64>,
+    /// Set once its lease is granted.
+    pub fence: Option<u64>,
+    pub running_ms: u64,
+}
+
+/// `GET /v1/admin/status` (and the drain's answer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    pub replica: String,
+    pub holder: String,
+    pub draining: bool,
+    pub ready: bool,
+    pub in_flight: u64,
+    pub turns: Vec<TurnInFlight>,
+}
+
+/// `GET /v1/sessions/{session}/files`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileList {
+    /// The state version these files belong to.
+    pub version: u64,
+    pub files: std::collections::BTreeMap<String, FileView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileView {
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// `POST /v1/admin/tenants/{tenant}/sessions/{session}/takeover`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Takeover {
+    pub tenant: String,
+    pub session: String,
+    /// The holder fenced out, `null` when none held it.
+    pub revoked_owner: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire names are the API's (camelCase), and a replica view reads
+    /// a heartbeat of a build that said nothing about itself.
+    #[test]
+    fn wire_shapes() {
+        let view = ReplicaView {
+            id: "replica-0-a1b2c3".into(),
+            last_seen_ms: 5,
+            info: ReplicaInfo {
+                replica: "replica-0".into(),
+                in_flight: 2,
+                ..ReplicaInfo::default()
+            },
+        };
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["lastSeenMs"], 5);
+        assert_eq!(json["inFlight"], 2);
+        assert_eq!(json["replica"], "replica-0");
+        let bare: ReplicaView =
+            serde_json::from_value(serde_json::json!({ "id": "x", "lastSeenMs": 1 })).unwrap();
+        assert_eq!(bare.info, ReplicaInfo::default());
+        let schema = schemars::schema_for!(SessionView);
+        let text = serde_json::to_string(&schema).unwrap();
+        assert!(text.contains("lastTurnSeq"), "{text}");
+    }
+}
