@@ -66,6 +66,10 @@ pub mod env {
     pub const REPLICA_ID: &str = "BATON_REPLICA_ID";
     pub const POD_NAMESPACE: &str = "BATON_POD_NAMESPACE";
     pub const DEPLOYMENT: &str = "BATON_DEPLOYMENT";
+    /// `<namespace>.<name>` of the AgentDeployment: every Redis key, ledger
+    /// table and object of its replicas lives under it, so deployments that
+    /// share external stores never meet.
+    pub const STORE_NAMESPACE: &str = "BATON_STORE_NAMESPACE";
     pub const LEASE_TTL: &str = "BATON_LEASE_TTL";
     pub const STATE_TTL: &str = "BATON_STATE_TTL";
     pub const RENEW_INTERVAL: &str = "BATON_RENEW_INTERVAL";

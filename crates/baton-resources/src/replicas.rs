@@ -39,6 +39,18 @@ impl RuntimeConfig {
         let t = &agd.timings;
         let mut settings = BTreeMap::from([
             (env::DEPLOYMENT, agd.name.clone()),
+            (
+                env::STORE_NAMESPACE,
+                format!(
+                    "{}.{}",
+                    agd.resource
+                        .metadata
+                        .namespace
+                        .as_deref()
+                        .unwrap_or("default"),
+                    agd.name
+                ),
+            ),
             (env::LEASE_TTL, format_duration(t.lease_ttl)),
             (env::STATE_TTL, format_duration(t.state_ttl)),
             (env::RENEW_INTERVAL, format_duration(t.renew_interval)),

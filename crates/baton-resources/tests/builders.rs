@@ -139,6 +139,17 @@ fn sidecar_environment_carries_the_session_settings_from_the_spec() {
     assert_eq!(env_value(sidecar, env::DRAIN_TIMEOUT), "1m30s");
     assert_eq!(env_value(sidecar, env::HEARTBEAT_INTERVAL), "400ms");
     assert_eq!(env_value(sidecar, env::AGENT_URL), "http://127.0.0.1:9000");
+    // Deployments sharing external stores are kept apart by it.
+    let store_namespace = env_value(sidecar, env::STORE_NAMESPACE);
+    let meta = &agd.resource.metadata;
+    assert_eq!(
+        store_namespace,
+        format!(
+            "{}.{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap()
+        )
+    );
     let replica_id = env_var(sidecar, env::REPLICA_ID)
         .value_from
         .as_ref()

@@ -7,7 +7,7 @@
 use crate::ids::SessionKey;
 use crate::ledger::PostgresLedger;
 use crate::model::{CommittedState, ListQuery, ReplicaView, SessionPage, SessionView, TurnRecord};
-use crate::redis::RedisStore;
+use crate::redis::{KeySpace, RedisStore};
 use crate::store::{SessionCatalog, StoreResult, TurnStore};
 
 #[derive(Clone)]
@@ -20,9 +20,18 @@ impl RedisCatalog {
     /// Connects to both stores; applies no migration (a ledger that has
     /// none yet answers errors until a replica has started once).
     pub async fn connect(redis_url: &str, database_url: &str) -> StoreResult<Self> {
+        Self::connect_in(redis_url, database_url, "").await
+    }
+
+    /// [`Self::connect`] for the deployment of store namespace `namespace`.
+    pub async fn connect_in(
+        redis_url: &str,
+        database_url: &str,
+        namespace: &str,
+    ) -> StoreResult<Self> {
         Ok(Self {
-            redis: RedisStore::connect(redis_url).await?,
-            ledger: PostgresLedger::connect_reader(database_url).await?,
+            redis: RedisStore::connect_in(redis_url, KeySpace::new(namespace)).await?,
+            ledger: PostgresLedger::connect_reader_in(database_url, namespace).await?,
         })
     }
 

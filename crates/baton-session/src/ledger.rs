@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::ConnectOptions as _;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::ids::SessionKey;
 use crate::model::{ListQuery, SessionPage, TurnRecord};
@@ -69,6 +70,24 @@ struct SessionColumns<'a> {
     state_workspace: Vec<Option<&'a str>>,
 }
 
+/// The Postgres schema of a store namespace: `baton@<namespace>`, cut to
+/// Postgres' 63-byte identifiers with a hash of the whole when longer;
+/// `None` (the `public` schema) for the empty namespace. Namespaces are
+/// checked to be `A-Z a-z 0-9 . _ -` (see the sidecar's settings), so the
+/// quoted identifier needs no escaping.
+fn schema_of(namespace: &str) -> Option<String> {
+    if namespace.is_empty() {
+        return None;
+    }
+    let whole = format!("baton@{}", crate::id_encoding::path_part(namespace));
+    if whole.len() <= 63 {
+        return Some(whole);
+    }
+    use sha2::Digest as _;
+    let hash = format!("{:x}", sha2::Sha256::digest(namespace.as_bytes()));
+    Some(format!("{}!{}", &whole[..46], &hash[..16]))
+}
+
 fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -81,7 +100,27 @@ impl PostgresLedger {
     /// Connects and applies the migrations (under Postgres' advisory lock,
     /// so replicas starting together migrate once).
     pub async fn connect(url: &str) -> StoreResult<Self> {
-        let pool = Self::connect_reader(url).await?.pool;
+        Self::connect_in(url, "").await
+    }
+
+    /// [`Self::connect`] in the store namespace `namespace`: its tables
+    /// live in a Postgres schema of their own (created if missing), so
+    /// deployments sharing a database never meet. The empty namespace is
+    /// the `public` schema, where the ledger lived before namespaces.
+    pub async fn connect_in(url: &str, namespace: &str) -> StoreResult<Self> {
+        if let Some(schema) = schema_of(namespace) {
+            let mut conn = url
+                .parse::<PgConnectOptions>()
+                .map_err(db_error)?
+                .connect()
+                .await
+                .map_err(db_error)?;
+            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                .execute(&mut conn)
+                .await
+                .map_err(db_error)?;
+        }
+        let pool = Self::connect_reader_in(url, namespace).await?.pool;
         sqlx::migrate!("./migrations/postgres")
             .run(&pool)
             .await
@@ -92,10 +131,19 @@ impl PostgresLedger {
     /// Connects without touching the schema: for readers (a dashboard),
     /// which must not migrate what the replicas use.
     pub async fn connect_reader(url: &str) -> StoreResult<Self> {
+        Self::connect_reader_in(url, "").await
+    }
+
+    /// [`Self::connect_reader`] in the store namespace `namespace`.
+    pub async fn connect_reader_in(url: &str, namespace: &str) -> StoreResult<Self> {
+        let mut options = url.parse::<PgConnectOptions>().map_err(db_error)?;
+        if let Some(schema) = schema_of(namespace) {
+            options = options.options([("search_path", format!("\"{schema}\""))]);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(2))
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(db_error)?;
         Ok(Self { pool })

@@ -39,7 +39,7 @@ use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, ListQuery,
     ReplicaView, SessionPage, SessionView, TurnRecord,
 };
-use crate::redis::{LeaseRun, OnMissing, RawBegin, RedisStore};
+use crate::redis::{KeySpace, LeaseRun, OnMissing, RawBegin, RedisStore};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore};
 use crate::turn_record::now_ms;
 
@@ -101,7 +101,19 @@ struct Shipper {
 impl RedisLedgerStore {
     /// Connects both stores and starts the shipper on the current runtime.
     pub async fn connect(redis_url: &str, database_url: &str) -> StoreResult<Self> {
-        let (store, woken) = Self::open(redis_url, database_url).await?;
+        Self::connect_in(redis_url, database_url, "").await
+    }
+
+    /// [`Self::connect`] in the store namespace `namespace`: every Redis
+    /// key under its own prefix ([`crate::redis::KeySpace`]) and the ledger
+    /// in its own Postgres schema, so deployments sharing the servers never
+    /// meet. The empty namespace is the layout from before namespaces.
+    pub async fn connect_in(
+        redis_url: &str,
+        database_url: &str,
+        namespace: &str,
+    ) -> StoreResult<Self> {
+        let (store, woken) = Self::open(redis_url, database_url, namespace).await?;
         let task = tokio::spawn(store.clone().ship_forever(woken));
         *store.shipper.done.lock().await = Some(task);
         Ok(store)
@@ -125,16 +137,17 @@ impl RedisLedgerStore {
     /// hand and must know who shipped what; a replica uses [`connect`](Self::connect).
     pub async fn connect_without_shipper(redis_url: &str, database_url: &str) -> StoreResult<Self> {
         // Commits' wake-ups go to a closed channel and are dropped.
-        let (store, _woken) = Self::open(redis_url, database_url).await?;
+        let (store, _woken) = Self::open(redis_url, database_url, "").await?;
         Ok(store)
     }
 
     async fn open(
         redis_url: &str,
         database_url: &str,
+        namespace: &str,
     ) -> StoreResult<(Self, mpsc::Receiver<SessionKey>)> {
-        let redis = RedisStore::connect(redis_url).await?;
-        let ledger = PostgresLedger::connect(database_url).await?;
+        let redis = RedisStore::connect_in(redis_url, KeySpace::new(namespace)).await?;
+        let ledger = PostgresLedger::connect_in(database_url, namespace).await?;
         let (wake, woken) = mpsc::channel(WAKE_QUEUE);
         let shipper = Shipper {
             id: format!("shipper-{:016x}", rand::random::<u64>()),

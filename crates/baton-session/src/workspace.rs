@@ -203,12 +203,15 @@ async fn blocking<T: Send + 'static>(
 #[derive(Clone, Debug)]
 pub struct WorkspaceStore {
     store: Arc<dyn ObjectStore>,
+    /// `<namespace>/` before every object name, empty in the default
+    /// namespace (see [`WorkspaceStore::in_namespace`]).
+    prefix: String,
 }
 
 /// Where the blob of `hash` lives. A hash that is not 64 lowercase hex
 /// digits never came from this code (a hostile or corrupt manifest) and is
 /// refused, never used to build a path.
-fn blob_path(hash: &str) -> WorkspaceResult<ObjectPath> {
+fn blob_path(prefix: &str, hash: &str) -> WorkspaceResult<ObjectPath> {
     let valid = hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     if !valid {
         return Err(WorkspaceError::Corrupt {
@@ -216,13 +219,20 @@ fn blob_path(hash: &str) -> WorkspaceResult<ObjectPath> {
             why: "a blob hash must be 64 lowercase hex digits",
         });
     }
-    Ok(ObjectPath::from(format!("blobs/{}/{hash}", &hash[..2])))
+    Ok(ObjectPath::from(format!(
+        "{prefix}blobs/{}/{hash}",
+        &hash[..2]
+    )))
 }
 
 /// Where the manifest of `version` written under `fence` lives.
 pub fn manifest_ref(key: &SessionKey, version: u64, fence: u64) -> String {
+    manifest_ref_in("", key, version, fence)
+}
+
+fn manifest_ref_in(prefix: &str, key: &SessionKey, version: u64, fence: u64) -> String {
     format!(
-        "manifests/{}/{}/{version:020}-{fence}.json",
+        "{prefix}manifests/{}/{}/{version:020}-{fence}.json",
         path_part(key.tenant.as_str()),
         path_part(key.session.as_str())
     )
@@ -440,7 +450,23 @@ fn scan_local(
 
 impl WorkspaceStore {
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        Self { store }
+        Self {
+            store,
+            prefix: String::new(),
+        }
+    }
+
+    /// The same store with every object under `<namespace>/` (encoded like
+    /// an id), so deployments sharing a bucket never meet; the empty
+    /// namespace is the bucket's root, where objects lived before
+    /// namespaces.
+    pub fn in_namespace(mut self, namespace: &str) -> Self {
+        self.prefix = if namespace.is_empty() {
+            String::new()
+        } else {
+            format!("baton@{}/", path_part(namespace))
+        };
+        self
     }
 
     /// An S3-compatible store. Requests time out and retry briefly, so an
@@ -499,7 +525,7 @@ impl WorkspaceStore {
     async fn fetch_blob(&self, name: &str, entry: &FileEntry) -> WorkspaceResult<Bytes> {
         let content = self
             .store
-            .get(&blob_path(&entry.blob)?)
+            .get(&blob_path(&self.prefix, &entry.blob)?)
             .await?
             .bytes()
             .await?;
@@ -595,10 +621,10 @@ impl WorkspaceStore {
             });
         }
         for (hash, content) in new_blobs {
-            self.put_once(&blob_path(&hash)?, Bytes::from(content))
+            self.put_once(&blob_path(&self.prefix, &hash)?, Bytes::from(content))
                 .await?;
         }
-        let reference = manifest_ref(key, version, fence);
+        let reference = manifest_ref_in(&self.prefix, key, version, fence);
         let body = serde_json::to_vec(&manifest)
             .map_err(|e| WorkspaceError::BadManifest(reference.clone(), e))?;
         self.put_once(&ObjectPath::from(reference.as_str()), Bytes::from(body))
@@ -627,7 +653,7 @@ impl WorkspaceStore {
     pub async fn list_manifests(&self) -> WorkspaceResult<Vec<String>> {
         let found: Vec<_> = self
             .store
-            .list(Some(&ObjectPath::from("manifests")))
+            .list(Some(&ObjectPath::from(format!("{}manifests", self.prefix))))
             .try_collect()
             .await?;
         Ok(found.into_iter().map(|m| m.location.to_string()).collect())
@@ -640,7 +666,7 @@ impl WorkspaceStore {
         key: &SessionKey,
         manifest: &Manifest,
     ) -> WorkspaceResult<String> {
-        let reference = manifest_ref(key, u64::MAX, 0);
+        let reference = manifest_ref_in(&self.prefix, key, u64::MAX, 0);
         let body = serde_json::to_vec(manifest)
             .map_err(|e| WorkspaceError::BadManifest(reference.clone(), e))?;
         self.store
@@ -664,7 +690,7 @@ impl WorkspaceStore {
         let mut report = GcReport::default();
         let manifests: Vec<_> = self
             .store
-            .list(Some(&ObjectPath::from("manifests")))
+            .list(Some(&ObjectPath::from(format!("{}manifests", self.prefix))))
             .try_collect()
             .await?;
         let mut kept = Vec::new();
@@ -685,7 +711,7 @@ impl WorkspaceStore {
         }
         let blobs: Vec<_> = self
             .store
-            .list(Some(&ObjectPath::from("blobs")))
+            .list(Some(&ObjectPath::from(format!("{}blobs", self.prefix))))
             .try_collect()
             .await?;
         for meta in blobs {
@@ -756,7 +782,7 @@ mod tests {
     #[test]
     fn only_a_sha256_names_a_blob() {
         let good = digest(b"x");
-        assert!(blob_path(&good).is_ok());
+        assert!(blob_path("", &good).is_ok());
         for bad in [
             "",
             "a",
@@ -765,7 +791,7 @@ mod tests {
             &good.to_uppercase(),
             &format!("{good}0"),
         ] {
-            assert!(blob_path(bad).is_err(), "{bad:?} accepted");
+            assert!(blob_path("", bad).is_err(), "{bad:?} accepted");
         }
     }
 }

@@ -64,6 +64,14 @@ pub struct SidecarArgs {
     #[arg(long, env = env::DATABASE_URL)]
     pub database_url: Option<String>,
 
+    /// Keeps this deployment's Redis keys, ledger tables (a Postgres schema)
+    /// and workspace objects apart from other deployments on the same
+    /// servers; the operator sets `<namespace>.<name>`. Empty: the layout
+    /// without namespaces. Up to 253 characters of `A-Z a-z 0-9 . _ -`.
+    /// The embedded store (one machine) ignores it.
+    #[arg(long, env = env::STORE_NAMESPACE, default_value = "")]
+    pub store_namespace: String,
+
     /// Embedded store (no servers): SQLite database file shared by every
     /// replica process of the machine. Used when `--redis-url` is absent.
     #[arg(long, env = "BATON_SQLITE_PATH", default_value = ".baton/baton.db")]
@@ -165,6 +173,18 @@ impl SidecarArgs {
                 env::DATABASE_URL
             ));
         }
+        let namespace = &self.store_namespace;
+        if namespace.len() > 253
+            || !namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            problems.push(format!(
+                "{}: {:?} must be at most 253 characters of A-Z a-z 0-9 . _ -",
+                env::STORE_NAMESPACE,
+                namespace.chars().take(64).collect::<String>()
+            ));
+        }
         if let Err(e) = crate::agent_client::turn_uri(&self.agent_url) {
             problems.push(format!("{}: {e}", env::AGENT_URL));
         }
@@ -172,6 +192,36 @@ impl SidecarArgs {
             Ok(())
         } else {
             Err(problems.join("; "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SidecarArgs,
+    }
+
+    fn check(extra: &[&str]) -> Result<(), String> {
+        let argv = ["sidecar", "--replica-id=r-0"].iter().chain(extra);
+        Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .args
+            .check()
+    }
+
+    #[test]
+    fn the_store_namespace_is_checked() {
+        assert_eq!(check(&[]), Ok(()));
+        assert_eq!(check(&["--store-namespace=prod.agent-1"]), Ok(()));
+        for bad in ["a/b", "a b", "ns:x", &"n".repeat(254)] {
+            let e = check(&[&format!("--store-namespace={bad}")]).unwrap_err();
+            assert!(e.contains("BATON_STORE_NAMESPACE"), "{bad}: {e}");
         }
     }
 }

@@ -41,7 +41,7 @@ pub async fn run(args: SidecarArgs) -> anyhow::Result<()> {
     let workspaces = workspace_store(&args)?;
     match (&args.redis_url, &args.database_url) {
         (Some(redis), Some(database)) => {
-            let store = RedisLedgerStore::connect(redis, database)
+            let store = RedisLedgerStore::connect_in(redis, database, &args.store_namespace)
                 .await
                 .context("Redis + Postgres")?;
             serve(args, store, workspaces).await
@@ -68,8 +68,11 @@ fn workspace_store(args: &SidecarArgs) -> anyhow::Result<WorkspaceStore> {
             secret_access_key: args.s3_secret_access_key.clone(),
             force_path_style: args.s3_force_path_style,
         })
+        .map(|store| store.in_namespace(&args.store_namespace))
         .context("workspace store (S3)"),
-        None => WorkspaceStore::local(&args.objects_dir).context("workspace store (directory)"),
+        None => WorkspaceStore::local(&args.objects_dir)
+            .map(|store| store.in_namespace(&args.store_namespace))
+            .context("workspace store (directory)"),
     }
 }
 

@@ -55,13 +55,19 @@ pub struct SessionKeys {
 }
 
 impl SessionKeys {
+    /// The keys of `key` in the default key space (see [`KeySpace`]).
     pub fn new(key: &SessionKey) -> Self {
+        KeySpace::default().session(key)
+    }
+
+    fn in_space(prefix: &str, key: &SessionKey) -> Self {
         // Encoded ids hold no ':' or braces (see id_encoding.rs), so the
         // tag is unambiguous and an id cannot move it. Concatenated, not
         // format!ted: this runs several times per turn, and the formatting
         // machinery showed in the sidecar's profile.
         let tag = [
-            "baton:{",
+            prefix,
+            ":{",
             &key_part(key.tenant.as_str()),
             ":",
             &key_part(key.session.as_str()),
@@ -114,29 +120,79 @@ type VersionAndWorkspace = (Option<String>, Option<String>);
 /// state TTL: the ledger must get them even after a long Postgres outage.
 const LOG_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
 
-fn heartbeat_key(replica: &str) -> String {
-    format!("baton:hb:{replica}")
+/// Where one deployment's keys live. Deployments that share a Redis (two
+/// `AgentDeployment`s on one external Redis) each get a store namespace,
+/// and every key of theirs starts with `baton@<namespace>` (encoded like an
+/// id); the empty namespace is `baton`, the layout before namespaces, so
+/// existing data keeps its keys. `@` follows `baton` in no key of the
+/// default space, so no namespace's keys meet another's.
+#[derive(Clone, Debug)]
+pub struct KeySpace {
+    prefix: String,
 }
 
-/// What a replica says of itself, beside its heartbeat key (with the same
-/// TTL): a key of its own, so builds that read `baton:hb:*` as a number
-/// still do.
-fn heartbeat_info_key(replica: &str) -> String {
-    format!("baton:hbinfo:{replica}")
+impl Default for KeySpace {
+    fn default() -> Self {
+        Self {
+            prefix: "baton".into(),
+        }
+    }
 }
 
-/// Sessions whose logs may hold unshipped records: member
-/// `<tenant>:<session>` (each [`key_part`]-encoded), score the time of the
-/// last commit that added it (ms, with a random fraction so that two
-/// commits in one millisecond still leave different scores; see
-/// `unindex.lua`).
+impl KeySpace {
+    pub fn new(namespace: &str) -> Self {
+        if namespace.is_empty() {
+            return Self::default();
+        }
+        Self {
+            prefix: ["baton@", &key_part(namespace)].concat(),
+        }
+    }
+
+    /// The keys of one session.
+    pub fn session(&self, key: &SessionKey) -> SessionKeys {
+        SessionKeys::in_space(&self.prefix, key)
+    }
+
+    /// A replica's liveness key (its value: when it last beat).
+    fn heartbeat(&self, replica: &str) -> String {
+        format!("{}:hb:{replica}", self.prefix)
+    }
+
+    /// What a replica says of itself, beside its heartbeat key (with the
+    /// same TTL): a key of its own, so builds that read heartbeat keys as
+    /// numbers still do.
+    fn heartbeat_info(&self, replica: &str) -> String {
+        format!("{}:hbinfo:{replica}", self.prefix)
+    }
+
+    /// Sessions whose logs may hold unshipped records: member
+    /// `<tenant>:<session>` (each [`key_part`]-encoded), score the time of
+    /// the last commit that added it (ms, with a random fraction so that
+    /// two commits in one millisecond still leave different scores; see
+    /// `unindex.lua`).
+    pub fn unshipped(&self) -> String {
+        format!("{}:unshipped", self.prefix)
+    }
+
+    /// Replicas by heartbeat expiry (ms): member the holder id.
+    fn replicas(&self) -> String {
+        format!("{}:replicas", self.prefix)
+    }
+
+    /// The sweeper lease: at most one shipper sweeps at a time.
+    pub fn sweeper(&self) -> String {
+        format!("{}:sweeper", self.prefix)
+    }
+
+    /// Set once the logs written before the index existed were indexed.
+    fn backfilled(&self) -> String {
+        format!("{}:unshipped:backfilled", self.prefix)
+    }
+}
+
+/// The unshipped index of the default key space.
 pub const UNSHIPPED_INDEX: &str = "baton:unshipped";
-/// Replicas by heartbeat expiry (ms): member the holder id.
-const REPLICAS_INDEX: &str = "baton:replicas";
-/// The sweeper lease: at most one shipper sweeps at a time.
-const SWEEPER_LEASE: &str = "baton:sweeper";
-/// Set once the logs written before the index existed were indexed.
-const UNSHIPPED_BACKFILLED: &str = "baton:unshipped:backfilled";
 /// Replicas that stopped beating this long ago leave the replica index.
 const REPLICA_FORGET_MS: u64 = 3_600_000;
 
@@ -236,6 +292,7 @@ pub(crate) enum RawBegin {
 #[derive(Clone)]
 pub struct RedisStore {
     conn: ConnectionManager,
+    space: std::sync::Arc<KeySpace>,
     scripts: std::sync::Arc<Scripts>,
     run: std::sync::Arc<RunView>,
 }
@@ -394,7 +451,13 @@ fn reused(turn_seq: u64, stored: Option<Bytes>, req: &BeginRequest) -> bool {
 impl RedisStore {
     /// Connects (and reconnects on failure) to `url` (`redis://…`).
     pub async fn connect(url: &str) -> StoreResult<Self> {
+        Self::connect_in(url, KeySpace::default()).await
+    }
+
+    /// Connects, with every key in `space`.
+    pub async fn connect_in(url: &str, space: KeySpace) -> StoreResult<Self> {
         let store = Self {
+            space: std::sync::Arc::new(space),
             conn: Self::open(url).await?,
             scripts: std::sync::Arc::new(Scripts::new()),
             run: std::sync::Arc::default(),
@@ -408,6 +471,7 @@ impl RedisStore {
     /// keeps current).
     pub async fn another_connection(&self, url: &str) -> StoreResult<Self> {
         Ok(Self {
+            space: self.space.clone(),
             conn: Self::open(url).await?,
             scripts: self.scripts.clone(),
             run: self.run.clone(),
@@ -450,7 +514,7 @@ impl RedisStore {
         dead: Option<(&str, u64)>,
         on_missing: OnMissing,
     ) -> StoreResult<RawBegin> {
-        let keys = SessionKeys::new(&req.key);
+        let keys = self.space.session(&req.key);
         let mut invocation = self.scripts.begin.prepare_invoke();
         invocation
             .key(&keys.state)
@@ -619,7 +683,7 @@ impl RedisStore {
         accepted: LeaseRun,
     ) -> StoreResult<CommitOutcome> {
         crate::store::check_commit(req)?;
-        let keys = SessionKeys::new(&req.lease.key);
+        let keys = self.space.session(&req.lease.key);
         // Everything the script would otherwise compute in Lua is computed
         // here; the commit time is this replica's clock.
         let now_ms = turn_record::now_ms();
@@ -666,7 +730,8 @@ impl RedisStore {
         let ((), reply): ((), Vec<Value>) = self
             .with_script(&self.scripts.commit, |pipe| {
                 if let Some(member) = &member {
-                    pipe.zadd(UNSHIPPED_INDEX, member, index_score).ignore();
+                    pipe.zadd(self.space.unshipped(), member, index_score)
+                        .ignore();
                 }
                 pipe.pset_ex(
                     &staged,
@@ -739,7 +804,7 @@ impl RedisStore {
         replacing: Option<u64>,
         judged_in: &str,
     ) -> StoreResult<bool> {
-        let keys = SessionKeys::new(&known.key);
+        let keys = self.space.session(&known.key);
         let restored: Option<String> = self
             .scripts
             .restore
@@ -784,7 +849,7 @@ impl RedisStore {
         let vouched: Option<String> = self
             .scripts
             .vouch
-            .key(SessionKeys::new(key).state)
+            .key(self.space.session(key).state)
             .arg(version.to_string())
             .arg(judged_in)
             .invoke_async(&mut self.conn.clone())
@@ -805,7 +870,7 @@ impl RedisStore {
         let mut pipe = redis::pipe();
         pipe.atomic();
         for key in keys {
-            let k = SessionKeys::new(key);
+            let k = self.space.session(key);
             pipe.lrange(&k.log, 0, end)
                 .hmget(&k.state, &["version", "ws"])
                 .get(&k.payload);
@@ -878,7 +943,7 @@ impl RedisStore {
             .iter()
             .map(|batch| {
                 let mut i = self.scripts.ack.prepare_invoke();
-                i.key(SessionKeys::new(&batch.key).log);
+                i.key(self.space.session(&batch.key).log);
                 for record in &batch.records {
                     i.arg(record.turn_seq.to_string())
                         .arg(record.fence.to_string());
@@ -903,7 +968,7 @@ impl RedisStore {
         // Clocks differ between replicas: candidates are those whose
         // expiry is at most a while ago by this clock; the key decides.
         let mut names: Vec<String> = redis::cmd("ZRANGE")
-            .arg(REPLICAS_INDEX)
+            .arg(self.space.replicas())
             .arg(now.saturating_sub(60_000))
             .arg("+inf")
             .arg("BYSCORE")
@@ -914,8 +979,8 @@ impl RedisStore {
         if names.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<String> = names.iter().map(|n| heartbeat_key(n)).collect();
-        let info_keys: Vec<String> = names.iter().map(|n| heartbeat_info_key(n)).collect();
+        let keys: Vec<String> = names.iter().map(|n| self.space.heartbeat(n)).collect();
+        let info_keys: Vec<String> = names.iter().map(|n| self.space.heartbeat_info(n)).collect();
         let (seen, infos): (Vec<Option<u64>>, Vec<Option<String>>) = redis::pipe()
             .mget(&keys)
             .mget(&info_keys)
@@ -944,7 +1009,7 @@ impl RedisStore {
     ) -> StoreResult<Vec<Unshipped>> {
         let before = turn_record::now_ms().saturating_sub(older_than_ms);
         let entries: Vec<(String, String)> = redis::cmd("ZRANGE")
-            .arg(UNSHIPPED_INDEX)
+            .arg(self.space.unshipped())
             .arg("-inf")
             .arg(before)
             .arg("BYSCORE")
@@ -965,7 +1030,7 @@ impl RedisStore {
                     let _: i64 = self
                         .conn
                         .clone()
-                        .zrem(UNSHIPPED_INDEX, &member)
+                        .zrem(self.space.unshipped(), &member)
                         .await
                         .map_err(unavailable)?;
                 }
@@ -978,7 +1043,7 @@ impl RedisStore {
     pub(crate) async fn log_lengths(&self, keys: &[&SessionKey]) -> StoreResult<Vec<u64>> {
         let mut pipe = redis::pipe();
         for key in keys {
-            pipe.llen(SessionKeys::new(key).log);
+            pipe.llen(self.space.session(key).log);
         }
         pipe.query_async(&mut self.conn.clone())
             .await
@@ -992,7 +1057,7 @@ impl RedisStore {
             return Ok(0);
         }
         let mut invocation = self.scripts.unindex.prepare_invoke();
-        invocation.key(UNSHIPPED_INDEX);
+        invocation.key(self.space.unshipped());
         for entry in entries {
             invocation.arg(&entry.member).arg(&entry.score);
         }
@@ -1008,7 +1073,7 @@ impl RedisStore {
         let held: i64 = self
             .scripts
             .sweeper
-            .key(SWEEPER_LEASE)
+            .key(self.space.sweeper())
             .arg(holder)
             .arg(millis(ttl))
             .invoke_async(&mut self.conn.clone())
@@ -1023,7 +1088,7 @@ impl RedisStore {
     pub(crate) async fn backfill_unshipped(&self) -> StoreResult<usize> {
         let mut conn = self.conn.clone();
         let done: bool = conn
-            .exists(UNSHIPPED_BACKFILLED)
+            .exists(self.space.backfilled())
             .await
             .map_err(unavailable)?;
         if done {
@@ -1033,7 +1098,7 @@ impl RedisStore {
         let mut iter: redis::AsyncIter<String> = conn
             .scan_options(
                 redis::ScanOptions::default()
-                    .with_pattern("baton:{*}:log")
+                    .with_pattern(format!("{}:{{*}}:log", self.space.prefix))
                     .with_count(1000),
             )
             .await
@@ -1041,7 +1106,8 @@ impl RedisStore {
         while let Some(item) = iter.next_item().await {
             let name = item.map_err(unavailable)?;
             if let Some(inner) = name
-                .strip_prefix("baton:{")
+                .strip_prefix(self.space.prefix.as_str())
+                .and_then(|n| n.strip_prefix(":{"))
                 .and_then(|n| n.strip_suffix("}:log"))
             {
                 members.push(inner.to_owned());
@@ -1053,13 +1119,13 @@ impl RedisStore {
             // Score 0: older than anything, swept first. NX: an entry a
             // commit made keeps its score.
             let mut zadd = redis::cmd("ZADD");
-            zadd.arg(UNSHIPPED_INDEX).arg("NX");
+            zadd.arg(self.space.unshipped()).arg("NX");
             for member in chunk {
                 zadd.arg(0).arg(member);
             }
             pipe.add_command(zadd).ignore();
         }
-        pipe.set(UNSHIPPED_BACKFILLED, turn_record::now_ms())
+        pipe.set(self.space.backfilled(), turn_record::now_ms())
             .ignore();
         let () = pipe.query_async(&mut conn).await.map_err(unavailable)?;
         Ok(members.len())
@@ -1071,7 +1137,7 @@ impl RedisStore {
         let (fence, owner): (Option<u64>, Option<String>) = self
             .conn
             .clone()
-            .hmget(SessionKeys::new(key).state, &["fence", "owner"])
+            .hmget(self.space.session(key).state, &["fence", "owner"])
             .await
             .map_err(unavailable)?;
         Ok(fence.filter(|_| owner.is_some()))
@@ -1080,7 +1146,7 @@ impl RedisStore {
     async fn is_alive(&self, replica: &str) -> StoreResult<bool> {
         self.conn
             .clone()
-            .exists(heartbeat_key(replica))
+            .exists(self.space.heartbeat(replica))
             .await
             .map_err(unavailable)
     }
@@ -1097,7 +1163,7 @@ impl TurnStore for RedisStore {
     }
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> StoreResult<bool> {
-        let keys = SessionKeys::new(&lease.key);
+        let keys = self.space.session(&lease.key);
         let renewed: i64 = self
             .scripts
             .renew
@@ -1116,7 +1182,7 @@ impl TurnStore for RedisStore {
     }
 
     async fn abort(&self, lease: &Lease) -> StoreResult<bool> {
-        let keys = SessionKeys::new(&lease.key);
+        let keys = self.space.session(&lease.key);
         let released: i64 = self
             .scripts
             .abort
@@ -1129,7 +1195,7 @@ impl TurnStore for RedisStore {
     }
 
     async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
-        let keys = SessionKeys::new(key);
+        let keys = self.space.session(key);
         self.scripts
             .revoke
             .key(&keys.state)
@@ -1149,16 +1215,20 @@ impl TurnStore for RedisStore {
         let now = crate::turn_record::now_ms();
         let said = serde_json::to_string(&said).map_err(|e| corrupt(e.to_string()))?;
         let ((), info): ((), String) = redis::pipe()
-            .pset_ex(heartbeat_key(replica.as_str()), now, millis(ttl))
-            .pset_ex(heartbeat_info_key(replica.as_str()), said, millis(ttl))
+            .pset_ex(self.space.heartbeat(replica.as_str()), now, millis(ttl))
+            .pset_ex(
+                self.space.heartbeat_info(replica.as_str()),
+                said,
+                millis(ttl),
+            )
             .ignore()
             // Replicas gone for long leave the index (the listing only reads).
             .cmd("ZREMRANGEBYSCORE")
-            .arg(REPLICAS_INDEX)
+            .arg(self.space.replicas())
             .arg("-inf")
             .arg(now.saturating_sub(REPLICA_FORGET_MS))
             .ignore()
-            .zadd(REPLICAS_INDEX, replica.as_str(), now + millis(ttl))
+            .zadd(self.space.replicas(), replica.as_str(), now + millis(ttl))
             .ignore()
             .cmd("INFO")
             .arg("server")
@@ -1170,7 +1240,7 @@ impl TurnStore for RedisStore {
     }
 
     async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
-        let keys = SessionKeys::new(key);
+        let keys = self.space.session(key);
         // MULTI/EXEC: the version and its payload are read with no commit
         // in between.
         let ((version, workspace), payload): (VersionAndWorkspace, Option<Vec<u8>>) = redis::pipe()
@@ -1205,7 +1275,7 @@ impl TurnStore for RedisStore {
     }
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
-        let keys = SessionKeys::new(key);
+        let keys = self.space.session(key);
         // Not HGETALL: the hash also holds up to RESULTS_RETAINED replies.
         let (fields, now): SessionReadout = redis::pipe()
             .hmget(&keys.state, &VIEW_FIELDS)
