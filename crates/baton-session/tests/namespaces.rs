@@ -106,7 +106,10 @@ async fn two_deployments_share_the_servers_and_never_meet() {
         reference.starts_with("baton@prod.blue/manifests/"),
         "{reference}"
     );
-    assert_eq!(blue_ws.list_manifests().await.unwrap(), [reference.clone()]);
+    assert_eq!(
+        blue_ws.list_manifests().await.unwrap(),
+        std::slice::from_ref(&reference)
+    );
     assert!(green_ws.list_manifests().await.unwrap().is_empty());
     // Green's collector never touches blue's objects.
     let report = green_ws
