@@ -121,7 +121,7 @@ impl PostgresLedger {
                 .map_err(db_error)?;
         }
         let pool = Self::connect_reader_in(url, namespace).await?.pool;
-        sqlx::migrate!("./migrations/postgres")
+        crate::sql::expand_only(sqlx::migrate!("./migrations/postgres"))
             .run(&pool)
             .await
             .map_err(|e| StoreError::Unavailable(format!("ledger migrations: {e}")))?;

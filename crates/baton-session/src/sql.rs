@@ -77,3 +77,15 @@ where
         turn_count: counter(row, "turn_count")?,
     })
 }
+
+/// How every schema change ships: expand only (new tables, new nullable
+/// columns), so a build can start against the schema of a newer one. A
+/// rollback runs the older image against the database the newer one
+/// migrated, and a rollout runs both at once; the older build ignores the
+/// migrations it does not know instead of refusing to start. Taking
+/// something away (a column an older build reads) is a release of its own,
+/// once no build that reads it runs.
+pub(crate) fn expand_only(mut migrator: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
+    migrator.set_ignore_missing(true);
+    migrator
+}

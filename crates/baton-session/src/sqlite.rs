@@ -83,7 +83,7 @@ impl SqliteStore {
             .map_err(db_error)?;
         // Two processes opening a new database at once may race; the second
         // attempt sees the first one's tables.
-        let migrator = sqlx::migrate!("./migrations/sqlite");
+        let migrator = crate::sql::expand_only(sqlx::migrate!("./migrations/sqlite"));
         if migrator.run(&pool).await.is_err() {
             migrator
                 .run(&pool)
