@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use baton_session::redis_ledger::RedisLedgerStore;
 use baton_session::sqlite::SqliteStore;
-use baton_session::*;
 use baton_testkit::{PostgresServer, RedisServer, wait_until_async};
 use cases::{key, replica, turn};
 
