@@ -78,6 +78,8 @@ pub mod env {
     pub const AGENT_URL: &str = "BATON_AGENT_URL";
     pub const AGENT_PORT: &str = "BATON_AGENT_PORT";
     pub const WORKSPACE_DIR: &str = "BATON_WORKSPACE_DIR";
+    /// How much of idle session directories a sidecar keeps (MiB).
+    pub const WORKSPACE_CACHE_MIB: &str = "BATON_WORKSPACE_CACHE_MIB";
     pub const LISTEN: &str = "BATON_LISTEN";
     pub const REDIS_URL: &str = "BATON_REDIS_URL";
     pub const DATABASE_URL: &str = "BATON_DATABASE_URL";

@@ -64,6 +64,7 @@ impl RuntimeConfig {
                 format!("http://127.0.0.1:{}", agd.resource.spec.agent_port),
             ),
             (env::WORKSPACE_DIR, mounts::WORKSPACE.to_owned()),
+            (env::WORKSPACE_CACHE_MIB, WORKSPACE_CACHE_MIB.to_string()),
             (env::LISTEN, format!("0.0.0.0:{}", ports::SIDECAR_HTTP)),
         ]);
         let (bucket, path_style) = match &agd.object_store {
@@ -300,6 +301,14 @@ fn sidecar_container(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> Cont
     }
 }
 
+/// The session workspaces' volume: the turns running now and the
+/// directories the sidecar keeps between turns, which it bounds to
+/// [`WORKSPACE_CACHE_MIB`], well below this; the kubelet evicts a pod
+/// whose emptyDir outgrows its limit.
+const WORKSPACE_SIZE_LIMIT: &str = "10Gi";
+/// What the sidecar keeps of idle session directories (MiB).
+const WORKSPACE_CACHE_MIB: u64 = 4096;
+
 fn empty_dir(name: &str, size_limit: Option<&str>) -> Volume {
     Volume {
         name: name.into(),
@@ -357,7 +366,7 @@ pub fn stateful_set(agd: &ValidAgentDeployment, config_hash: &str) -> StatefulSe
                     tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
                     containers: vec![agent_container(agd), sidecar_container(agd, &config)],
                     volumes: Some(vec![
-                        empty_dir(WORKSPACE_VOLUME, None),
+                        empty_dir(WORKSPACE_VOLUME, Some(WORKSPACE_SIZE_LIMIT)),
                         empty_dir(SIDECAR_TMP_VOLUME, Some("64Mi")),
                     ]),
                     ..PodSpec::default()

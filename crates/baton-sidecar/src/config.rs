@@ -64,6 +64,12 @@ pub struct SidecarArgs {
     #[arg(long, env = env::DATABASE_URL)]
     pub database_url: Option<String>,
 
+    /// How much of idle session directories this replica keeps between
+    /// turns (MiB, as their files count), least recently used evicted first;
+    /// an evicted session's next turn downloads its files again.
+    #[arg(long, env = env::WORKSPACE_CACHE_MIB, default_value_t = 2048)]
+    pub workspace_cache_mib: u64,
+
     /// Keeps this deployment's Redis keys, ledger tables (a Postgres schema)
     /// and workspace objects apart from other deployments on the same
     /// servers; the operator sets `<namespace>.<name>`. Empty: the layout

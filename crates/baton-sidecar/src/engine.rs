@@ -159,8 +159,26 @@ pub struct Engine<S> {
     local: Arc<LocalWorkspaces>,
 }
 
-/// Most session directories remembered.
-const LOCAL_WORKSPACES: usize = 10_000;
+/// How much the replica keeps of session directories between turns: they
+/// spare the next turn of a session the download of its files, and are
+/// evicted least recently used first beyond either bound (the pod's
+/// workspace volume is finite). An evicted session's next turn here
+/// materialises its files from the object store again.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalBudget {
+    /// Bytes of committed files kept (as their manifests count them).
+    pub max_bytes: u64,
+    pub max_dirs: usize,
+}
+
+impl Default for LocalBudget {
+    fn default() -> Self {
+        Self {
+            max_bytes: 2 << 30,
+            max_dirs: 10_000,
+        }
+    }
+}
 
 /// This replica's session directories. Each session's files live in
 /// `<root>/<tenant>/<session>/g<fence>`, a generation directory the agent
@@ -171,12 +189,28 @@ const LOCAL_WORKSPACES: usize = 10_000;
 /// keep their generation and create nothing (new inodes are expensive on
 /// ext4 at thousands of turns per second).
 #[derive(Default)]
-struct LocalWorkspaces(std::sync::Mutex<std::collections::HashMap<SessionKey, LocalDir>>);
+struct LocalWorkspaces {
+    dirs: std::sync::Mutex<Dirs>,
+    budget: LocalBudget,
+}
+
+#[derive(Default)]
+struct Dirs {
+    map: std::collections::HashMap<SessionKey, LocalDir>,
+    /// Sum of the entries' `bytes`.
+    bytes: u64,
+    /// Counts uses, for least-recently-used order.
+    clock: u64,
+}
 
 struct LocalDir {
     dir: PathBuf,
-    /// What the directory holds, when a commit of ours left it exactly so.
+    /// What the directory holds, when a commit of ours left it exactly so;
+    /// `None` while a turn uses it.
     holds: Option<Holds>,
+    /// Bytes of the files it holds (0 until a commit says).
+    bytes: u64,
+    used: u64,
 }
 
 /// A committed version a session directory holds exactly.
@@ -188,14 +222,44 @@ struct Holds {
     files: LocalFiles,
 }
 
+/// A session's directory, the generations' parent.
+fn session_base(dir: &std::path::Path) -> &std::path::Path {
+    dir.parent().unwrap_or(dir)
+}
+
+/// Deletes directories on the blocking pool (a big workspace takes a
+/// while), logging what it cannot.
+fn remove_dirs(dirs: Vec<PathBuf>) {
+    if dirs.is_empty() {
+        return;
+    }
+    tokio::task::spawn_blocking(move || {
+        for dir in dirs {
+            if let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove a session directory");
+            }
+        }
+    });
+}
+
 impl LocalWorkspaces {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionKey, LocalDir>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    fn new(budget: LocalBudget) -> Self {
+        Self {
+            dirs: Default::default(),
+            budget,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Dirs> {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The directory for a turn of `key` under `fence`, and the manifest it
     /// holds if that is exactly `reference`'s version (else the turn
     /// materialises it). The caller holds the session's local turn slot.
+    /// Blocking (it may delete and create directories).
     fn check_out(
         &self,
         root: &std::path::Path,
@@ -203,12 +267,18 @@ impl LocalWorkspaces {
         fence: u64,
         reference: &Option<String>,
     ) -> std::io::Result<(PathBuf, Option<Holds>)> {
-        if let Some(entry) = self.lock().get_mut(key) {
-            let holds = entry.holds.take();
-            let cached = holds.filter(|h| h.reference == *reference);
-            return Ok((entry.dir.clone(), cached));
+        {
+            let mut dirs = self.lock();
+            dirs.clock += 1;
+            let clock = dirs.clock;
+            if let Some(entry) = dirs.map.get_mut(key) {
+                entry.used = clock;
+                let holds = entry.holds.take();
+                let cached = holds.filter(|h| h.reference == *reference);
+                return Ok((entry.dir.clone(), cached));
+            }
         }
-        // Unknown here (first turn since start, or forgotten): whatever an
+        // Unknown here (first turn since start, or evicted): whatever an
         // earlier process or an abandoned call left goes, and a new
         // generation starts. Encoded ids are plain path components.
         let base = root
@@ -220,37 +290,75 @@ impl LocalWorkspaces {
         }
         let dir = base.join(format!("g{fence}"));
         std::fs::create_dir_all(&dir)?;
-        let mut map = self.lock();
-        if map.len() >= LOCAL_WORKSPACES {
-            // Rare: those sessions start new generations when they return.
-            map.clear();
-        }
-        map.insert(
+        let mut dirs = self.lock();
+        let used = dirs.clock;
+        dirs.map.insert(
             key.clone(),
             LocalDir {
                 dir: dir.clone(),
                 holds: None,
+                bytes: 0,
+                used,
             },
         );
+        let evicted = Self::evict(&mut dirs, self.budget);
+        drop(dirs);
+        remove_dirs(evicted);
         Ok((dir, None))
     }
 
-    /// After a commit: the directory holds exactly that version.
+    /// After a commit: the directory holds exactly that version; then
+    /// idle directories beyond the budget go, least recently used first.
     fn committed(&self, key: &SessionKey, holds: Holds) {
-        if let Some(entry) = self.lock().get_mut(key) {
-            entry.holds = Some(holds);
+        let mut dirs = self.lock();
+        let bytes: u64 = holds.manifest.files.values().map(|f| f.size).sum();
+        let Some(entry) = dirs.map.get_mut(key) else {
+            return;
+        };
+        let before = std::mem::replace(&mut entry.bytes, bytes);
+        entry.holds = Some(holds);
+        dirs.bytes = dirs.bytes - before + bytes;
+        let evicted = Self::evict(&mut dirs, self.budget);
+        drop(dirs);
+        remove_dirs(evicted);
+    }
+
+    /// Takes idle entries out, least recently used first, until the
+    /// budget holds; returns their session directories to delete. An entry
+    /// a turn is using (`holds` is `None`) stays.
+    fn evict(dirs: &mut Dirs, budget: LocalBudget) -> Vec<PathBuf> {
+        let mut evicted = Vec::new();
+        while dirs.bytes > budget.max_bytes || dirs.map.len() > budget.max_dirs {
+            let oldest = dirs
+                .map
+                .iter()
+                .filter(|(_, d)| d.holds.is_some())
+                .min_by_key(|(_, d)| d.used)
+                .map(|(k, _)| k.clone());
+            let Some(key) = oldest else { break };
+            if let Some(entry) = dirs.map.remove(&key) {
+                dirs.bytes -= entry.bytes;
+                evicted.push(session_base(&entry.dir).to_path_buf());
+            }
         }
+        evicted
     }
 
     /// After an abandoned agent call: the generation is deleted and the
     /// next turn starts a new one.
     fn abandon(&self, key: &SessionKey) {
-        if let Some(entry) = self.lock().remove(key)
-            && let Err(e) = std::fs::remove_dir_all(&entry.dir)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(dir = %entry.dir.display(), error = %e, "could not remove an abandoned turn's directory");
+        let mut dirs = self.lock();
+        if let Some(entry) = dirs.map.remove(key) {
+            dirs.bytes -= entry.bytes;
+            drop(dirs);
+            remove_dirs(vec![entry.dir]);
         }
+    }
+
+    /// Bytes and directories kept now.
+    fn usage(&self) -> (u64, usize) {
+        let dirs = self.lock();
+        (dirs.bytes, dirs.map.len())
     }
 }
 
@@ -307,8 +415,20 @@ impl<S: TurnStore + 'static> Engine<S> {
             inflight: Arc::default(),
             metrics: Metrics::default(),
             store_ok_at_ms: Arc::default(),
-            local: Arc::default(),
+            local: Arc::new(LocalWorkspaces::new(LocalBudget::default())),
         })
+    }
+
+    /// Sets how much of the session directories this replica keeps
+    /// between turns (see [`LocalBudget`]).
+    pub fn with_local_budget(mut self, budget: LocalBudget) -> Self {
+        self.local = Arc::new(LocalWorkspaces::new(budget));
+        self
+    }
+
+    /// Bytes and session directories kept between turns now.
+    pub fn local_usage(&self) -> (u64, usize) {
+        self.local.usage()
     }
 
     /// Another engine of the same replica, for another runtime thread: it
@@ -583,15 +703,19 @@ impl<S: TurnStore + 'static> Engine<S> {
         state: &baton_session::SessionState,
     ) -> Result<Prepared, TurnError> {
         let started_at_ms = now_ms();
-        let (dir, cached) = self
-            .local
-            .check_out(
-                &self.workspace_root,
-                &lease.key,
+        let (dir, cached) = {
+            let (local, root, key, fence, reference) = (
+                self.local.clone(),
+                self.workspace_root.clone(),
+                lease.key.clone(),
                 lease.fence,
-                &state.workspace,
-            )
-            .map_err(WorkspaceError::Io)?;
+                state.workspace.clone(),
+            );
+            tokio::task::spawn_blocking(move || local.check_out(&root, &key, fence, &reference))
+                .await
+                .map_err(|e| WorkspaceError::Io(std::io::Error::other(e.to_string())))?
+                .map_err(WorkspaceError::Io)?
+        };
         let (base, seen) = match cached {
             Some(holds) => (holds.manifest, holds.files),
             None => {

@@ -131,7 +131,11 @@ async fn serve<S: ThreadStore>(
             timings,
             workspace_root,
         )
-        .map_err(anyhow::Error::msg)?,
+        .map_err(anyhow::Error::msg)?
+        .with_local_budget(engine::LocalBudget {
+            max_bytes: args.workspace_cache_mib.saturating_mul(1 << 20),
+            ..engine::LocalBudget::default()
+        }),
     );
     let auth = Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
         .map_err(anyhow::Error::msg)?;
