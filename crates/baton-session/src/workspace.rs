@@ -406,46 +406,91 @@ fn compare_local(
 /// Content to upload, by blob hash.
 type NewBlobs = Vec<(String, Vec<u8>)>;
 
-/// The local side of a snapshot: every file of `dir` with its hash, and
-/// the content of those whose blob `base` does not already have. Files
-/// that look as `seen` remembers them are not read. Blocking.
-fn scan_local(
-    dir: &Path,
+/// Up to this many files and this many bytes to hash, a snapshot runs on
+/// the runtime thread: handing it to the blocking pool and back costs more
+/// (two thread wake-ups, measured at about 100 µs of system CPU per turn)
+/// than walking a few files. Beyond, it runs on the blocking pool.
+const INLINE_FILES: usize = 64;
+const INLINE_HASH_BYTES: u64 = 256 * 1024;
+
+/// A snapshot's walk: every file of the directory, and for each the hash
+/// remembered for it when it looks unchanged.
+struct ScanPlan {
+    files: Vec<(String, PathBuf, std::fs::Metadata, Option<FileEntry>)>,
+    /// Bytes of the files that must be read and hashed.
+    to_hash: u64,
+}
+
+/// Walks `dir` and stats its files. Blocking, but cheap for a small
+/// workspace.
+fn plan_scan(dir: &Path, seen: &LocalFiles) -> WorkspaceResult<ScanPlan> {
+    let mut plan = ScanPlan {
+        files: Vec::new(),
+        to_hash: 0,
+    };
+    for file in walk(dir)? {
+        let name = relative_name(dir, &file)?;
+        let meta = std::fs::symlink_metadata(&file)?;
+        let remembered = seen.hash_of(&name, &meta);
+        if remembered.is_none() {
+            plan.to_hash += meta.len();
+        }
+        plan.files.push((name, file, meta, remembered));
+    }
+    Ok(plan)
+}
+
+/// The local side of a snapshot: every file with its hash, and the content
+/// of those whose blob `base` does not already have. Files that look as
+/// they did when last hashed are not read. Blocking.
+fn finish_scan(
+    plan: ScanPlan,
     base: &Manifest,
-    seen: &LocalFiles,
 ) -> WorkspaceResult<(Manifest, NewBlobs, LocalFiles)> {
     let known: HashSet<&str> = base.files.values().map(|e| e.blob.as_str()).collect();
     let mut manifest = Manifest::default();
     let mut new_blobs = Vec::new();
     let mut files = LocalFiles::default();
-    for file in walk(dir)? {
-        let name = relative_name(dir, &file)?;
-        let meta = std::fs::symlink_metadata(&file)?;
-        let entry = match seen.hash_of(&name, &meta) {
-            Some(entry) => entry,
-            None => {
+    for (name, path, meta, remembered) in plan.files {
+        match remembered {
+            // Known to the base, so uploaded: nothing to read.
+            Some(entry) if known.contains(entry.blob.as_str()) => {
+                files.remember(&name, &meta, &entry, SystemTime::now());
+                manifest.files.insert(name, entry);
+            }
+            // Not remembered, or remembered from a snapshot that was never
+            // committed (its blob may never have been uploaded): read it.
+            _ => {
                 let hashed_at = SystemTime::now();
-                let (entry, content) = file_entry(&file, &meta)?;
+                let (entry, content) = file_entry(&path, &meta)?;
                 if !known.contains(entry.blob.as_str()) {
                     new_blobs.push((entry.blob.clone(), content));
                 }
                 files.remember(&name, &meta, &entry, hashed_at);
                 manifest.files.insert(name, entry);
-                continue;
             }
-        };
-        if !known.contains(entry.blob.as_str()) {
-            // Remembered from a turn whose snapshot was not committed: its
-            // blob may never have been uploaded, so read it after all.
-            let (entry, content) = file_entry(&file, &meta)?;
-            new_blobs.push((entry.blob.clone(), content));
-            manifest.files.insert(name, entry);
-            continue;
         }
-        files.remember(&name, &meta, &entry, SystemTime::now());
-        manifest.files.insert(name, entry);
     }
     Ok((manifest, new_blobs, files))
+}
+
+/// [`plan_scan`] then [`finish_scan`], on the runtime thread when the work
+/// is small, else on the blocking pool.
+async fn scan_local(
+    dir: &Path,
+    base: &Manifest,
+    seen: &LocalFiles,
+) -> WorkspaceResult<(Manifest, NewBlobs, LocalFiles)> {
+    if base.files.len() > INLINE_FILES {
+        let (dir, base, seen) = (dir.to_owned(), base.clone(), seen.clone());
+        return blocking(move || finish_scan(plan_scan(&dir, &seen)?, &base)).await;
+    }
+    let plan = plan_scan(dir, seen)?;
+    if plan.files.len() <= INLINE_FILES && plan.to_hash <= INLINE_HASH_BYTES {
+        return finish_scan(plan, base);
+    }
+    let base = base.clone();
+    blocking(move || finish_scan(plan, &base)).await
 }
 
 impl WorkspaceStore {
@@ -609,10 +654,7 @@ impl WorkspaceStore {
         version: u64,
         fence: u64,
     ) -> WorkspaceResult<Snapshot> {
-        let (manifest, new_blobs, files) = {
-            let (dir, base, seen) = (dir.to_owned(), base.clone(), seen.clone());
-            blocking(move || scan_local(&dir, &base, &seen)).await?
-        };
+        let (manifest, new_blobs, files) = scan_local(dir, base, seen).await?;
         if manifest == *base {
             return Ok(Snapshot {
                 reference: None,

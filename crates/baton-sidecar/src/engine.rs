@@ -256,6 +256,24 @@ impl LocalWorkspaces {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// [`Self::check_out`] for a session this replica has a directory for:
+    /// no file system work, so it runs on the runtime thread. `None` when
+    /// there is none (then `check_out`, on the blocking pool).
+    fn check_out_cached(
+        &self,
+        key: &SessionKey,
+        reference: &Option<String>,
+    ) -> Option<(PathBuf, Option<Holds>)> {
+        let mut dirs = self.lock();
+        dirs.clock += 1;
+        let clock = dirs.clock;
+        let entry = dirs.map.get_mut(key)?;
+        entry.used = clock;
+        let holds = entry.holds.take();
+        let cached = holds.filter(|h| h.reference == *reference);
+        Some((entry.dir.clone(), cached))
+    }
+
     /// The directory for a turn of `key` under `fence`, and the manifest it
     /// holds if that is exactly `reference`'s version (else the turn
     /// materialises it). The caller holds the session's local turn slot.
@@ -703,19 +721,22 @@ impl<S: TurnStore + 'static> Engine<S> {
         state: &baton_session::SessionState,
     ) -> Result<Prepared, TurnError> {
         let started_at_ms = now_ms();
-        let (dir, cached) = {
-            let (local, root, key, fence, reference) = (
-                self.local.clone(),
-                self.workspace_root.clone(),
-                lease.key.clone(),
-                lease.fence,
-                state.workspace.clone(),
-            );
-            tokio::task::spawn_blocking(move || local.check_out(&root, &key, fence, &reference))
-                .await
-                .map_err(|e| WorkspaceError::Io(std::io::Error::other(e.to_string())))?
-                .map_err(WorkspaceError::Io)?
-        };
+        let (dir, cached) =
+            if let Some(hit) = self.local.check_out_cached(&lease.key, &state.workspace) {
+                hit
+            } else {
+                let (local, root, key, fence, reference) = (
+                    self.local.clone(),
+                    self.workspace_root.clone(),
+                    lease.key.clone(),
+                    lease.fence,
+                    state.workspace.clone(),
+                );
+                tokio::task::spawn_blocking(move || local.check_out(&root, &key, fence, &reference))
+                    .await
+                    .map_err(|e| WorkspaceError::Io(std::io::Error::other(e.to_string())))?
+                    .map_err(WorkspaceError::Io)?
+            };
         let (base, seen) = match cached {
             Some(holds) => (holds.manifest, holds.files),
             None => {
