@@ -16,25 +16,8 @@ use baton_session::*;
 use baton_testkit::{PostgresServer, RedisServer, wait_until_async};
 use cases::{key, replica, turn};
 
-/// `INFO commandstats` as command → calls.
 async fn calls(admin: &mut ::redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
-    let info: String = ::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let n = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), n))
-        })
-        .collect()
+    baton_testkit::redis_command_calls(admin).await
 }
 
 fn total(calls: &HashMap<String, u64>) -> u64 {

@@ -4,6 +4,8 @@
 //! In-process engine on the real SQLite store, a local object store and the
 //! real reference agent.
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,18 +14,8 @@ use baton_session::sqlite::SqliteStore;
 use baton_session::workspace::WorkspaceStore;
 use baton_session::*;
 use baton_sidecar::agent_client::AgentClient;
-use baton_sidecar::engine::{Engine, LocalBudget, Timings, TurnAsk};
+use baton_sidecar::engine::{Engine, LocalBudget, TurnAsk};
 use baton_testkit::wait_until_async;
-
-async fn agent() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(baton_agent::serve(
-        listener,
-        baton_agent::AgentConfig::default(),
-    ));
-    url
-}
 
 fn ask(session: &str, input: &str) -> TurnAsk {
     TurnAsk {
@@ -50,16 +42,9 @@ async fn idle_session_directories_are_evicted_beyond_the_budget() {
         Engine::new(
             store,
             WorkspaceStore::local(&dir.path().join("objects")).unwrap(),
-            AgentClient::new(&agent().await, Duration::from_secs(10)),
+            AgentClient::new(&support::agent().await, Duration::from_secs(10)),
             "solo",
-            Timings {
-                lease_ttl: Duration::from_secs(30),
-                state_ttl: Duration::from_secs(3600),
-                renew_interval: Duration::from_secs(10),
-                drain_timeout: Duration::from_secs(10),
-                heartbeat_interval: Duration::from_secs(1),
-                heartbeat_ttl: Duration::from_secs(60),
-            },
+            support::timings(),
             root.clone(),
         )
         .unwrap()

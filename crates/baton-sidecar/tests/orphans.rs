@@ -8,6 +8,8 @@
 //! for real and its answer is replaced by the error a lost answer gives,
 //! and a `commit` panics before it reaches the store.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,7 +19,7 @@ use baton_session::sqlite::SqliteStore;
 use baton_session::workspace::WorkspaceStore;
 use baton_session::*;
 use baton_sidecar::agent_client::AgentClient;
-use baton_sidecar::engine::{Engine, Timings, TurnAsk, TurnError};
+use baton_sidecar::engine::{Engine, TurnAsk, TurnError};
 
 /// A real store whose next begin answer is lost, or whose next commit
 /// panics, when asked to.
@@ -68,16 +70,6 @@ impl<S: TurnStore> TurnStore for Faulty<S> {
     }
 }
 
-async fn agent() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(baton_agent::serve(
-        listener,
-        baton_agent::AgentConfig::default(),
-    ));
-    url
-}
-
 fn ask(input: &str, turn_seq: u64) -> TurnAsk {
     TurnAsk {
         key: SessionKey::new("acme", "orphan").unwrap(),
@@ -89,7 +81,7 @@ fn ask(input: &str, turn_seq: u64) -> TurnAsk {
 
 async fn orphans_are_reclaimed<S: TurnStore + 'static>(store: S) {
     let dir = tempfile::tempdir().unwrap();
-    let lease_ttl = Duration::from_secs(30);
+    let lease_ttl = support::timings().lease_ttl;
     let engine = Arc::new(
         Engine::new(
             Faulty {
@@ -98,16 +90,9 @@ async fn orphans_are_reclaimed<S: TurnStore + 'static>(store: S) {
                 panic_in_commit: AtomicBool::new(false),
             },
             WorkspaceStore::local(&dir.path().join("objects")).unwrap(),
-            AgentClient::new(&agent().await, Duration::from_secs(10)),
+            AgentClient::new(&support::agent().await, Duration::from_secs(10)),
             "solo",
-            Timings {
-                lease_ttl,
-                state_ttl: Duration::from_secs(3600),
-                renew_interval: Duration::from_secs(10),
-                drain_timeout: Duration::from_secs(10),
-                heartbeat_interval: Duration::from_secs(1),
-                heartbeat_ttl: Duration::from_secs(60),
-            },
+            support::timings(),
             dir.path().join("workspace"),
         )
         .unwrap(),

@@ -397,6 +397,30 @@ impl Drop for S3Server {
     }
 }
 
+/// Redis's `INFO commandstats` as command → calls so far (commands run
+/// inside scripts included), for tests that count what a component sends.
+pub async fn redis_command_calls(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> std::collections::HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let n = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), n))
+        })
+        .collect()
+}
+
 /// Polls `attempt` until it yields a value or `timeout` passes; panics with
 /// `what` then.
 pub async fn poll_async<T, F, Fut>(timeout: Duration, what: &str, attempt: F) -> T
