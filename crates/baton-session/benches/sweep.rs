@@ -1,7 +1,7 @@
 //! What a ledger sweep and a replica listing cost Redis when it holds many
 //! keys that are not waiting to ship: the keyspace walk they used to do
 //! (SCAN MATCH with the default COUNT, as `sessions_with_logs` and
-//! `replicas` did before commit 5c1e0f0's parent) against the index reads
+//! `replicas` did until commit 522ccad) against the index reads
 //! they do now, side by side on one Redis.
 //!
 //! ```text
