@@ -285,16 +285,8 @@ impl LocalWorkspaces {
         fence: u64,
         reference: &Option<String>,
     ) -> std::io::Result<(PathBuf, Option<Holds>)> {
-        {
-            let mut dirs = self.lock();
-            dirs.clock += 1;
-            let clock = dirs.clock;
-            if let Some(entry) = dirs.map.get_mut(key) {
-                entry.used = clock;
-                let holds = entry.holds.take();
-                let cached = holds.filter(|h| h.reference == *reference);
-                return Ok((entry.dir.clone(), cached));
-            }
+        if let Some(hit) = self.check_out_cached(key, reference) {
+            return Ok(hit);
         }
         // Unknown here (first turn since start, or evicted): whatever an
         // earlier process or an abandoned call left goes, and a new
