@@ -26,6 +26,13 @@
 //! (`run_id`) that vouched for it; the first begin of a session under a new
 //! run is checked against the ledger once (`check_against_ledger`), and an
 //! older state is replaced by the ledger's copy before anyone builds on it.
+//!
+//! A brand-new session does not wait for the ledger: a session Redis has
+//! never seen committed, in a run whose "known" markers are complete, is
+//! new (`redis/known.rs`). So a Postgres outage stops neither existing
+//! conversations nor new ones; only a session whose state is gone waits
+//! for the ledger to say what it was. The sweeper keeps the markers
+//! complete after every Redis start.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -37,7 +44,7 @@ use crate::ids::{ReplicaId, SessionKey};
 use crate::ledger::{DurableCopy, LedgerSession, PostgresLedger};
 use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, ListQuery,
-    ReplicaView, SessionPage, SessionView, TurnRecord,
+    MAX_PAGE, ReplicaView, SessionPage, SessionView, TurnRecord,
 };
 use crate::redis::{KeySpace, LeaseRun, OnMissing, RawBegin, RedisStore};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore};
@@ -63,6 +70,22 @@ const SHIP_BATCH: usize = 256;
 const SHIP_LINGER: Duration = Duration::from_millis(20);
 /// Most sessions shipped in one round.
 const SESSIONS_PER_ROUND: usize = 256;
+/// Sessions the known-index backfill marks per sweep, at most, so that
+/// shipping goes on between its pages.
+const KNOWN_BACKFILL_PER_SWEEP: usize = 20_000;
+
+/// How far the known-index backfill of one Redis run has got: first the
+/// sessions the unshipped index names (records the ledger may not have
+/// yet), then every session the ledger knows.
+struct KnownBackfill {
+    run: String,
+    step: BackfillStep,
+}
+
+enum BackfillStep {
+    Unshipped { cursor: u64 },
+    Ledger { after: Option<SessionKey> },
+}
 
 /// What the ledger makes of a session Redis has no state for.
 enum Recovery {
@@ -96,6 +119,9 @@ struct Shipper {
     id: String,
     stop: tokio::sync::watch::Sender<bool>,
     done: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The known-index backfill in progress (the sweeper's, in memory: a
+    /// new sweeper starts it over).
+    known: tokio::sync::Mutex<Option<KnownBackfill>>,
 }
 
 impl RedisLedgerStore {
@@ -252,7 +278,85 @@ impl RedisLedgerStore {
         {
             return Ok(0);
         }
-        self.sweep_now().await
+        let shipped = self.sweep_now().await?;
+        // Its errors are the ledger's or Redis's, which the shipping above
+        // reports already; the index waits for the next sweep.
+        if let Err(e) = self.maintain_known_index().await {
+            tracing::debug!(error = %e, "maintaining the known-session index failed");
+        }
+        Ok(shipped)
+    }
+
+    /// Keeps the known index (`redis/known.rs`) usable for the Redis run
+    /// answering now: drops its watermark if Redis may evict markers,
+    /// otherwise backfills up to [`KNOWN_BACKFILL_PER_SWEEP`] sessions and
+    /// writes the watermark once every one is marked. True when the index
+    /// is complete. The sweeper calls it; tools and tests may too.
+    pub async fn maintain_known_index(&self) -> StoreResult<bool> {
+        let check = self.redis.known_index_check().await?;
+        if check.may_evict_markers() {
+            if check.complete_for.is_some() {
+                tracing::warn!(policy = %check.eviction_policy,
+                    "Redis may evict keys that have no TTL, session markers among them: new sessions ask the ledger");
+                self.redis.drop_known_index().await?;
+            }
+            return Ok(false);
+        }
+        if check.is_complete() {
+            return Ok(true);
+        }
+        let mut backfill = self.shipper.known.lock().await;
+        if backfill.as_ref().is_none_or(|b| b.run != check.run) {
+            tracing::info!(run = %check.run, "marking the sessions the ledger knows, for this Redis run");
+            *backfill = Some(KnownBackfill {
+                run: check.run.clone(),
+                step: BackfillStep::Unshipped { cursor: 0 },
+            });
+        }
+        let Some(state) = backfill.as_mut() else {
+            return Ok(false);
+        };
+        let mut marked = 0;
+        while marked < KNOWN_BACKFILL_PER_SWEEP {
+            match &mut state.step {
+                BackfillStep::Unshipped { cursor } => {
+                    let (next, members) = self.redis.unshipped_members_page(*cursor).await?;
+                    self.redis.mark_known_members(&members).await?;
+                    marked += members.len().max(1);
+                    state.step = match next {
+                        0 => BackfillStep::Ledger { after: None },
+                        next => BackfillStep::Unshipped { cursor: next },
+                    };
+                }
+                BackfillStep::Ledger { after } => {
+                    let page = self
+                        .ledger
+                        .list_sessions(&ListQuery {
+                            tenant: None,
+                            prefix: None,
+                            after: after.take(),
+                            limit: MAX_PAGE,
+                        })
+                        .await?;
+                    let keys: Vec<SessionKey> =
+                        page.sessions.into_iter().map(|s| s.key).collect();
+                    self.redis.mark_known(&keys).await?;
+                    marked += keys.len().max(1);
+                    match page.next {
+                        Some(next) => *after = Some(next),
+                        None => {
+                            let done = self.redis.complete_known_index(&state.run).await?;
+                            if done {
+                                tracing::info!(run = %state.run, "every session the ledger knows is marked: new sessions start without it");
+                            }
+                            *backfill = None;
+                            return Ok(done);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// [`Self::sweep`] without the lease: for tools and tests that ship by hand.
@@ -490,14 +594,27 @@ impl TurnStore for RedisLedgerStore {
         // Each pass settles one thing (a missing or an unvouched state); a
         // session that keeps changing underneath gets a few more.
         for _ in 0..4 {
-            match self.redis.begin_with(req, OnMissing::Report).await? {
+            let mut raw = self.redis.begin_with(req, OnMissing::Report).await?;
+            if let RawBegin::Missing { run, known: false } = &raw
+                && self.redis.known_index_complete_in(run).await?
+            {
+                // Never committed through this Redis, whose markers are
+                // complete in this run: new, without asking the ledger
+                // (`redis/known.rs`). MISSING again: the ledger decides.
+                let run = run.clone();
+                raw = self
+                    .redis
+                    .begin_with(req, OnMissing::CreateUnknown { run: &run })
+                    .await?;
+            }
+            match raw {
                 RawBegin::Outcome(outcome) => return Ok(outcome),
                 RawBegin::Unverified { version, run } => {
                     if let Some(refusal) = self.check_against_ledger(req, version, &run).await? {
                         return Ok(refusal);
                     }
                 }
-                RawBegin::Missing { run } => match self.recover(req, &run).await? {
+                RawBegin::Missing { run, .. } => match self.recover(req, &run).await? {
                     Recovery::Answer(refusal) => return Ok(refusal),
                     Recovery::BeginAgain => {}
                     // New to the ledger too: begin for real.

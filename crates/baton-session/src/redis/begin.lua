@@ -1,6 +1,8 @@
 -- The rules of protocol::decide_begin (src/protocol.rs), in Lua: Redis runs no Rust.
 -- Begin a turn in one round trip.
--- KEYS: 1 state (hash: counters, the lease, idempotency records), 2 payload
+-- KEYS: 1 state (hash: counters, the lease, idempotency records), 2 payload,
+--       3 the session's "known" marker (set by every ledgered commit and
+--       restore, never expires: see redis/known.rs)
 -- The state hash holds everything small about a session, so one HMGET reads
 -- it and one HSET writes it: each redis.call costs about a microsecond of
 -- Lua glue, more than the command itself.
@@ -29,7 +31,11 @@
 --       5 state TTL ms (at least the lease TTL), 6 dead owner or "",
 --       7 dead owner's fence or "", 8 "create" to start a session that has
 --       no state, "report" (Redis with a ledger) to answer MISSING instead
---       (the caller then asks the ledger whether it was lost), and to answer
+--       (the caller then asks the ledger whether it was lost, unless the
+--       marker is absent and the known index is complete), "create-unknown"
+--       to create it only if it has no marker and Redis is still the run in
+--       ARGV 9 (the run whose complete known index vouches for the
+--       marker's absence; MISSING otherwise), and, with both, to answer
 --       UNVERIFIED for a state this Redis run has not vouched for: after a
 --       restart Redis may have come back from disk with an older state than
 --       the one it acknowledged (AOF fsyncs once a second), and the caller
@@ -62,8 +68,15 @@ if not last then return {'CORRUPT', 'seq'} end
 -- Both answers name the run that gave them (asked of Redis: they are rare):
 -- what the caller then writes from the ledger must land in that same run.
 local function this_run() return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') end
-if not s[2] and ARGV[8] ~= 'create' then return {'MISSING', this_run()} end
-if s[2] and ARGV[8] == 'report' and s[9] ~= ARGV[9] then return {'UNVERIFIED', version, this_run()} end
+-- MISSING says whether the session has a marker: without one, and with a
+-- complete known index in this run, the ledger cannot know it either.
+if not s[2] and ARGV[8] ~= 'create' then
+  local run, known = this_run(), redis.call('EXISTS', KEYS[3])
+  if not (ARGV[8] == 'create-unknown' and known == 0 and run == ARGV[9]) then
+    return {'MISSING', run, known}
+  end
+end
+if s[2] and ARGV[8] ~= 'create' and s[9] ~= ARGV[9] then return {'UNVERIFIED', version, this_run()} end
 
 local seq = tonumber(ARGV[2])
 if seq and seq <= last then

@@ -4,7 +4,8 @@
 --       3 payload, 4 staged payload (PSETEX by the caller in the same
 --       pipeline, so the bulk data never passes through Lua; its TTL
 --       outlasts the state's, and RENAME keeps it, so the payload never
---       expires before its state and needs no PEXPIRE here)
+--       expires before its state and needs no PEXPIRE here), 5 the
+--       session's "known" marker (see redis/known.rs)
 -- ARGV: 1 fence, 2 expected version, 3 new version, 4 workspace ref or "",
 --       5 idempotency record ("<turnSeq>\n<version>\n<reply>"), 6 state
 --       TTL ms, 7 turn record (JSON), 8 the record's ring slot
@@ -56,4 +57,7 @@ redis.call('HSET', state, 'version', ARGV[3], 'ws', ARGV[4], 'seq', ARGV[10], 'r
 redis.call('PEXPIRE', state, ARGV[6])
 redis.call('RPUSH', log, ARGV[7])
 redis.call('PEXPIRE', log, ARGV[11])
+-- With a ledger: the ledger may know this session from now on. Written with
+-- the record, so any Redis that holds the record holds the marker too.
+if ARGV[12] == 'this-run' then redis.call('SET', KEYS[5], '1') end
 return {'COMMITTED', tonumber(ARGV[3])}

@@ -24,6 +24,9 @@
 //! unshipped records (a ledgered commit adds its session in the same
 //! pipeline, before the record), `baton:replicas` the replicas by when
 //! their heartbeat expires.
+//!
+//! With a ledger, a fourth key per session, its "known" marker, lets a
+//! brand-new session start while Postgres is down (`known.rs`).
 
 use std::time::Duration;
 
@@ -40,6 +43,8 @@ use crate::model::{
 use crate::store::{StoreError, StoreResult, TurnStore};
 use crate::turn_record;
 
+mod known;
+
 /// Idempotency records kept per session: a retry of one of the last this
 /// many turns gets its stored result; an older one gets STALE.
 pub const RESULTS_RETAINED: u64 = 1024;
@@ -51,6 +56,9 @@ pub struct SessionKeys {
     pub state: String,
     pub payload: String,
     pub log: String,
+    /// Set by every ledgered commit and never expired: the ledger may know
+    /// this session (see `known.rs`).
+    pub known: String,
     tag: String,
 }
 
@@ -78,6 +86,7 @@ impl SessionKeys {
             state: [tag.as_str(), ":state"].concat(),
             payload: [tag.as_str(), ":payload"].concat(),
             log: [tag.as_str(), ":log"].concat(),
+            known: [tag.as_str(), ":known"].concat(),
             tag,
         }
     }
@@ -232,6 +241,7 @@ struct Scripts {
     ack: Script,
     unindex: Script,
     sweeper: Script,
+    complete_known: Script,
 }
 
 impl Scripts {
@@ -247,19 +257,24 @@ impl Scripts {
             ack: Script::new(include_str!("ack.lua")),
             unindex: Script::new(include_str!("unindex.lua")),
             sweeper: Script::new(include_str!("sweeper.lua")),
+            complete_known: Script::new(include_str!("complete_known.lua")),
         }
     }
 }
 
 /// What `begin` does when the session has no state at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OnMissing {
+pub(crate) enum OnMissing<'a> {
     /// Start a new session (Redis alone, no ledger to ask).
     Create,
     /// Answer [`RawBegin::Missing`] so the caller can ask the ledger, and
     /// [`RawBegin::Unverified`] for a state this Redis run has not vouched
     /// for (it may have come back from disk older than the ledger).
     Report,
+    /// As `Report`, but start the session when it has no "known" marker
+    /// and Redis is still `run`, whose known index the caller found
+    /// complete: then the ledger cannot know it (see `known.rs`).
+    CreateUnknown { run: &'a str },
 }
 
 /// Which leases `commit` accepts.
@@ -275,9 +290,12 @@ pub(crate) enum LeaseRun {
 
 pub(crate) enum RawBegin {
     Outcome(BeginOutcome),
-    /// The session has no state; `run` is the Redis run that said so.
+    /// The session has no state; `run` is the Redis run that said so, and
+    /// `known` whether it has a marker: a ledgered commit or a restore
+    /// wrote it some time (see `known.rs`).
     Missing {
         run: String,
+        known: bool,
     },
     /// The session has state at `version` that no one has checked against
     /// the ledger since Redis (re)started as `run`.
@@ -512,13 +530,15 @@ impl RedisStore {
         &self,
         req: &BeginRequest,
         dead: Option<(&str, u64)>,
-        on_missing: OnMissing,
+        on_missing: OnMissing<'_>,
     ) -> StoreResult<RawBegin> {
         let keys = self.space.session(&req.key);
+        let run_hint = self.run.get();
         let mut invocation = self.scripts.begin.prepare_invoke();
         invocation
             .key(&keys.state)
             .key(&keys.payload)
+            .key(&keys.known)
             .arg(req.replica.as_str())
             .arg(req.turn_seq.map(|s| s.to_string()).unwrap_or_default())
             .arg(req.turn_seq.map(record_slot).unwrap_or_default())
@@ -530,8 +550,12 @@ impl RedisStore {
             .arg(match on_missing {
                 OnMissing::Create => "create",
                 OnMissing::Report => "report",
+                OnMissing::CreateUnknown { .. } => "create-unknown",
             })
-            .arg(&*self.run.get())
+            .arg(match on_missing {
+                OnMissing::CreateUnknown { run } => run,
+                _ => &*run_hint,
+            })
             .arg(if req.reclaim_own_lease { "reclaim" } else { "" })
             .arg(req.turn_seq.map(digest_slot).unwrap_or_default());
         // Without a cached version the payload is fetched in the same round
@@ -554,7 +578,10 @@ impl RedisStore {
             "MISSING" => {
                 let run = reply.text(1)?;
                 self.run.set(&run);
-                return Ok(RawBegin::Missing { run });
+                return Ok(RawBegin::Missing {
+                    run,
+                    known: reply.int(2)? == 1,
+                });
             }
             "UNVERIFIED" => {
                 let run = reply.text(2)?;
@@ -700,6 +727,7 @@ impl RedisStore {
             .key(&keys.log)
             .key(&keys.payload)
             .key(&staged)
+            .key(&keys.known)
             .arg(req.lease.fence.to_string())
             .arg(req.expected_version.to_string())
             .arg(new_version.to_string())
@@ -775,7 +803,7 @@ impl RedisStore {
     pub(crate) async fn begin_with(
         &self,
         req: &BeginRequest,
-        on_missing: OnMissing,
+        on_missing: OnMissing<'_>,
     ) -> StoreResult<RawBegin> {
         let raw = self.begin_once(req, None, on_missing).await?;
         let RawBegin::Outcome(BeginOutcome::Busy { owner, .. }) = &raw else {
@@ -810,6 +838,7 @@ impl RedisStore {
             .restore
             .key(&keys.state)
             .key(&keys.payload)
+            .key(&keys.known)
             .arg(copy.version.to_string())
             .arg(copy.payload.as_ref())
             .arg(copy.workspace.clone().unwrap_or_default())

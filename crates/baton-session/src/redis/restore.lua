@@ -1,7 +1,8 @@
 -- Restore a session the coordination store lost, or holds in an older
 -- version than the ledger, from the ledger's durable copy, unless someone
 -- restored (or started, or committed) it meanwhile.
--- KEYS: 1 state, 2 payload. ARGV: 1 version, 2 payload, 3 workspace ref or "",
+-- KEYS: 1 state, 2 payload, 3 the session's "known" marker (see
+--       redis/known.rs). ARGV: 1 version, 2 payload, 3 workspace ref or "",
 --       4 turnSeq, 5 highest fence the ledger saw, 6 last replica,
 --       7 updated at ms, 8 state TTL ms, 9 "" when the state is missing, or
 --       the older version it is to replace, 10 the run that answered
@@ -30,4 +31,6 @@ redis.call('HSET', KEYS[1], 'version', ARGV[1], 'ws', ARGV[3], 'seq', ARGV[4],
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
+-- The ledger knows this session (it restored it).
+redis.call('SET', KEYS[3], '1')
 return run
