@@ -37,6 +37,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
@@ -122,6 +124,10 @@ struct Shipper {
     /// The known-index backfill in progress (the sweeper's, in memory: a
     /// new sweeper starts it over).
     known: tokio::sync::Mutex<Option<KnownBackfill>>,
+    /// When (Unix ms) the oldest commit this process made that has not
+    /// shipped yet was made; 0 when none waits. Set by a commit when 0,
+    /// cleared when a round leaves the wake-up queue empty.
+    oldest_unshipped_ms: std::sync::atomic::AtomicU64,
 }
 
 impl RedisLedgerStore {
@@ -338,8 +344,7 @@ impl RedisLedgerStore {
                             limit: MAX_PAGE,
                         })
                         .await?;
-                    let keys: Vec<SessionKey> =
-                        page.sessions.into_iter().map(|s| s.key).collect();
+                    let keys: Vec<SessionKey> = page.sessions.into_iter().map(|s| s.key).collect();
                     self.redis.mark_known(&keys).await?;
                     marked += keys.len().max(1);
                     match page.next {
@@ -436,7 +441,10 @@ impl RedisLedgerStore {
                 () = async { let _ = stop.wait_for(|s| *s).await; } => break,
             };
             match result {
-                Ok(()) => backoff = FIRST_BACKOFF,
+                Ok(()) => {
+                    backoff = FIRST_BACKOFF;
+                    self.note_shipped(&woken);
+                }
                 Err(e) => {
                     // The records stay in Redis, indexed; wake-ups that
                     // arrive meanwhile queue up to WAKE_QUEUE, then drop.
@@ -451,6 +459,20 @@ impl RedisLedgerStore {
             && let Err(e) = self.ship_woken(key, &mut woken).await
         {
             tracing::warn!(error = %e, "the last shipping round failed; a sweeper ships it later");
+        }
+    }
+
+    /// After a successful round: with no wake-up waiting, everything this
+    /// process committed has shipped, as far as it knows (a dropped
+    /// wake-up is the sweeper's to ship, and a commit racing this check
+    /// marks itself again below).
+    fn note_shipped(&self, woken: &mpsc::Receiver<SessionKey>) {
+        let oldest = &self.shipper.oldest_unshipped_ms;
+        if woken.is_empty() && oldest.load(Ordering::Relaxed) != 0 {
+            oldest.store(0, Ordering::Relaxed);
+            if !woken.is_empty() {
+                let _ = oldest.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+            }
         }
     }
 
@@ -644,6 +666,12 @@ impl TurnStore for RedisLedgerStore {
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
         let outcome = self.redis.commit_with(req, LeaseRun::ThisRun).await?;
         if matches!(outcome, CommitOutcome::Committed { .. }) {
+            let _ = self.shipper.oldest_unshipped_ms.compare_exchange(
+                0,
+                now_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             // Off the reply path. A full queue (Postgres down, a burst)
             // drops the wake-up: the session is indexed, the sweep ships it.
             let _ = self.wake.try_send(req.lease.key.clone());
@@ -670,6 +698,13 @@ impl TurnStore for RedisLedgerStore {
 
     async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
         self.redis.session(key).await
+    }
+
+    fn oldest_unshipped_ms(&self) -> Option<u64> {
+        match self.shipper.oldest_unshipped_ms.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(at),
+        }
     }
 
     async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {

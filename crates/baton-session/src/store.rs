@@ -97,6 +97,14 @@ pub trait TurnStore: Send + Sync {
         &self,
         key: &SessionKey,
     ) -> impl Future<Output = StoreResult<Option<SessionView>>> + Send;
+
+    /// When (Unix ms) this process made the oldest commit the ledger may
+    /// not have yet; `None` when everything it committed has shipped, or
+    /// when commits reach the ledger at once (no shipping). A replica
+    /// reports it with its heartbeat: shipping falling behind shows there.
+    fn oldest_unshipped_ms(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What the dashboard reads: sessions, their turn history, live replicas.

@@ -14,12 +14,12 @@ mod cases;
 
 use std::time::Duration;
 
+use ::redis::AsyncCommands;
 use baton_session::redis::SessionKeys;
 use baton_session::redis_ledger::RedisLedgerStore;
 use baton_session::*;
 use baton_testkit::{PostgresServer, RedisServer, poll_async, wait_until_async};
 use cases::{begin_req, commit_req, granted, key, replica, turn};
-use ::redis::AsyncCommands;
 
 const WAIT: Duration = Duration::from_secs(60);
 const WATERMARK: &str = "baton:known:complete";

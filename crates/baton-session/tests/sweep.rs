@@ -229,3 +229,50 @@ async fn a_postgres_outage_drops_wake_ups_and_the_sweep_ships_them_later() {
     })
     .await;
 }
+
+/// A replica says since when its commits wait for the ledger (the
+/// dashboard's "oldest unshipped"): nothing once they shipped, the time of
+/// the first commit the ledger missed while Postgres is down, unchanged by
+/// later commits, and nothing again once they shipped after it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_says_since_when_its_commits_wait_for_the_ledger() {
+    let redis = RedisServer::start();
+    let mut postgres = PostgresServer::start();
+    let database = postgres.create_database("oldest");
+    let store = RedisLedgerStore::connect(&redis.url(), &database)
+        .await
+        .unwrap();
+    let a = replica(&store, "a").await;
+    turn(&store, &key("one"), &a, "t1").await;
+    let wait = Duration::from_secs(30);
+    wait_until_async(wait, "the first turn shipped", || async {
+        store.oldest_unshipped_ms().is_none()
+    })
+    .await;
+
+    postgres.stop();
+    let before = turn_record::now_ms();
+    turn(&store, &key("one"), &a, "t2").await;
+    let oldest = store.oldest_unshipped_ms().expect("a commit waits");
+    assert!((before..=turn_record::now_ms()).contains(&oldest));
+    turn(&store, &key("two"), &a, "t1").await;
+    assert_eq!(store.oldest_unshipped_ms(), Some(oldest));
+    let info = ReplicaInfo {
+        replica: "a".into(),
+        oldest_unshipped_ms: store.oldest_unshipped_ms(),
+        ..ReplicaInfo::default()
+    };
+    store
+        .heartbeat_with(&a, info, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let replicas = store.replicas().await.unwrap();
+    let view = replicas.iter().find(|r| r.id == "a").unwrap();
+    assert_eq!(view.info.oldest_unshipped_ms, Some(oldest));
+
+    postgres.start_again();
+    wait_until_async(wait, "the waiting commits shipped", || async {
+        store.oldest_unshipped_ms().is_none()
+    })
+    .await;
+}

@@ -482,6 +482,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             draining: self.inflight.is_draining(),
             in_flight: self.inflight.len() as u64,
             build: env!("CARGO_PKG_VERSION").to_owned(),
+            oldest_unshipped_ms: store.oldest_unshipped_ms(),
         };
         store
             .heartbeat_with(&self.holder, info, self.timings.heartbeat_ttl)

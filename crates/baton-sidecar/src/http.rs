@@ -531,6 +531,7 @@ fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatus {
         ready: !engine.inflight.is_draining() && engine.stores_answer(),
         in_flight: turns.len() as u64,
         turns,
+        oldest_unshipped_ms: engine.store.oldest_unshipped_ms(),
     }
 }
 

@@ -113,6 +113,11 @@ pub struct ReplicaInfo {
     pub in_flight: u64,
     /// The `baton` build it runs.
     pub build: String,
+    /// When (Unix ms) it made the oldest commit its ledger shipper has not
+    /// shipped yet; absent when all have shipped (or its store has no
+    /// separate ledger).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_unshipped_ms: Option<u64>,
 }
 
 /// A live replica: its heartbeat is current.
@@ -150,6 +155,9 @@ pub struct ReplicaStatus {
     pub ready: bool,
     pub in_flight: u64,
     pub turns: Vec<TurnInFlight>,
+    /// As in [`ReplicaInfo::oldest_unshipped_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_unshipped_ms: Option<u64>,
 }
 
 /// `GET /v1/sessions/{session}/files`.
