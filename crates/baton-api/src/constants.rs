@@ -80,6 +80,10 @@ pub mod env {
     pub const WORKSPACE_DIR: &str = "BATON_WORKSPACE_DIR";
     /// How much of idle session directories a sidecar keeps (MiB).
     pub const WORKSPACE_CACHE_MIB: &str = "BATON_WORKSPACE_CACHE_MIB";
+    /// How often one replica deletes the workspace objects no session uses.
+    pub const WORKSPACE_GC_INTERVAL: &str = "BATON_WORKSPACE_GC_INTERVAL";
+    /// Workspace objects younger than this are never deleted.
+    pub const WORKSPACE_GC_RETENTION: &str = "BATON_WORKSPACE_GC_RETENTION";
     pub const LISTEN: &str = "BATON_LISTEN";
     pub const REDIS_URL: &str = "BATON_REDIS_URL";
     pub const DATABASE_URL: &str = "BATON_DATABASE_URL";

@@ -289,6 +289,17 @@ impl PostgresLedger {
     }
 
     /// What the ledger knows of `key`, durable copy included.
+    /// The workspace manifests of every durable copy.
+    pub async fn durable_workspaces(&self) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT state_workspace FROM sessions
+             WHERE state_workspace IS NOT NULL AND state_workspace <> ''",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
     pub async fn session(&self, key: &SessionKey) -> StoreResult<Option<LedgerSession>> {
         let row = sqlx::query("SELECT * FROM sessions WHERE tenant = $1 AND session = $2")
             .bind(key.tenant.as_str())

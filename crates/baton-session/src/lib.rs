@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod catalog;
+pub mod collector;
 pub mod id_encoding;
 pub mod ids;
 pub mod ledger;
@@ -25,4 +26,5 @@ pub use ids::{InvalidId, ReplicaId, SessionId, SessionKey, TenantId};
 pub use model::*;
 pub use store::{
     MAX_PAYLOAD_BYTES, MAX_REPLY_BYTES, SessionCatalog, StoreError, StoreResult, TurnStore,
+    WorkspaceRoots,
 };

@@ -49,7 +49,7 @@ use crate::model::{
     MAX_PAGE, ReplicaView, SessionPage, SessionView, TurnRecord,
 };
 use crate::redis::{KeySpace, LeaseRun, OnMissing, RawBegin, RedisStore};
-use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore};
+use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, WorkspaceRoots};
 use crate::turn_record::now_ms;
 
 /// How often the sweeper ships the logs no one else shipped.
@@ -709,6 +709,26 @@ impl TurnStore for RedisLedgerStore {
 
     async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
         self.redis.read_state(key).await
+    }
+}
+
+impl WorkspaceRoots for RedisLedgerStore {
+    async fn collector_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        self.redis.collector_lease(holder, ttl).await
+    }
+
+    /// Redis first: a state committed after that read either ships before
+    /// the ledger is read (its durable copy names it) or its manifest is
+    /// younger than any retention the collector uses.
+    async fn live_workspaces(&self) -> StoreResult<std::collections::HashSet<String>> {
+        let mut live: std::collections::HashSet<String> = self
+            .redis
+            .unshipped_workspaces()
+            .await?
+            .into_iter()
+            .collect();
+        live.extend(self.ledger.durable_workspaces().await?);
+        Ok(live)
     }
 }
 

@@ -31,7 +31,7 @@ use crate::protocol::{
     BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,
 };
 use crate::sql::{col, counter, session_summary, turn_record};
-use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, page_size};
+use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, WorkspaceRoots, page_size};
 use crate::turn_record::{self, now_us};
 
 /// Idempotency records kept per session (as for Redis).
@@ -542,6 +542,38 @@ impl TurnStore for SqliteStore {
             },
             lease,
         }))
+    }
+}
+
+impl WorkspaceRoots for SqliteStore {
+    async fn collector_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        let now_ms = int(now_us() / 1000);
+        // Taken when free, expired or already this holder's; otherwise the
+        // upsert changes no row.
+        let taken = sqlx::query(
+            "INSERT INTO singleton_leases (name, holder, expires_at_ms) VALUES ('collector', ?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET holder = ?1, expires_at_ms = ?2
+             WHERE singleton_leases.holder = ?1 OR singleton_leases.expires_at_ms <= ?3",
+        )
+        .bind(holder)
+        .bind(now_ms.saturating_add(ms(ttl)))
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(taken.rows_affected() == 1)
+    }
+
+    async fn live_workspaces(&self) -> StoreResult<std::collections::HashSet<String>> {
+        // Expired states too: until a turn resets one, it is what a
+        // session holds.
+        let live: Vec<String> = sqlx::query_scalar(
+            "SELECT workspace FROM session_state WHERE workspace IS NOT NULL AND workspace <> ''",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(live.into_iter().collect())
     }
 }
 

@@ -107,6 +107,24 @@ pub trait TurnStore: Send + Sync {
     }
 }
 
+/// What the scheduled workspace collector needs of the session store
+/// (`workspace::WorkspaceStore::collect`).
+pub trait WorkspaceRoots: Send + Sync {
+    /// Takes or keeps the collector lease for `holder` for `ttl`: one
+    /// replica collects at a time. False while another holds it.
+    fn collector_lease(
+        &self,
+        holder: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Every workspace manifest a session may still use: those of the
+    /// current states and of the ledger's durable copies.
+    fn live_workspaces(
+        &self,
+    ) -> impl Future<Output = StoreResult<std::collections::HashSet<String>>> + Send;
+}
+
 /// What the dashboard reads: sessions, their turn history, live replicas.
 pub trait SessionCatalog: Send + Sync {
     /// Sessions in (tenant, session) order, one page at a time.

@@ -70,6 +70,17 @@ pub struct SidecarArgs {
     #[arg(long, env = env::WORKSPACE_CACHE_MIB, default_value_t = 2048)]
     pub workspace_cache_mib: u64,
 
+    /// How often one replica (whichever holds the collector lease) deletes
+    /// the workspace manifests and blobs no session uses (`0s`: never).
+    /// Garbage goes at the second run that finds it, so this must be longer
+    /// than the longest turn (`--agent-timeout` plus `--lease-ttl`).
+    #[arg(long, env = env::WORKSPACE_GC_INTERVAL, default_value = "1h", value_parser = duration)]
+    pub workspace_gc_interval: Duration,
+
+    /// Workspace manifests and blobs younger than this are never deleted.
+    #[arg(long, env = env::WORKSPACE_GC_RETENTION, default_value = "24h", value_parser = duration)]
+    pub workspace_gc_retention: Duration,
+
     /// Keeps this deployment's Redis keys, ledger tables (a Postgres schema)
     /// and workspace objects apart from other deployments on the same
     /// servers; the operator sets `<namespace>.<name>`. Empty: the layout
@@ -191,6 +202,15 @@ impl SidecarArgs {
                 namespace.chars().take(64).collect::<String>()
             ));
         }
+        let longest_turn = self.agent_timeout + self.lease_ttl;
+        if !self.workspace_gc_interval.is_zero() && self.workspace_gc_interval <= longest_turn {
+            problems.push(format!(
+                "{}: must be 0s (off) or longer than the longest turn, BATON_AGENT_TIMEOUT plus {} ({})",
+                env::WORKSPACE_GC_INTERVAL,
+                env::LEASE_TTL,
+                baton_api::validate::format_duration(longest_turn)
+            ));
+        }
         if let Err(e) = crate::agent_client::turn_uri(&self.agent_url) {
             problems.push(format!("{}: {e}", env::AGENT_URL));
         }
@@ -229,5 +249,19 @@ mod tests {
             let e = check(&[&format!("--store-namespace={bad}")]).unwrap_err();
             assert!(e.contains("BATON_STORE_NAMESPACE"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_collector_runs_further_apart_than_the_longest_turn() {
+        assert_eq!(check(&["--workspace-gc-interval=0s"]), Ok(()));
+        assert_eq!(
+            check(&["--workspace-gc-interval=11m", "--agent-timeout=10m"]),
+            Ok(())
+        );
+        let e = check(&["--workspace-gc-interval=10m", "--agent-timeout=10m"]).unwrap_err();
+        assert!(
+            e.contains("BATON_WORKSPACE_GC_INTERVAL") && e.contains("10m30s"),
+            "{e}"
+        );
     }
 }

@@ -21,10 +21,11 @@ mod runtimes;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use baton_session::collector::{Collector, CollectorSettings};
 use baton_session::redis_ledger::RedisLedgerStore;
 use baton_session::sqlite::SqliteStore;
 use baton_session::workspace::{S3Config, WorkspaceStore};
-use baton_session::{SessionCatalog, TurnStore};
+use baton_session::{SessionCatalog, TurnStore, WorkspaceRoots};
 
 pub use config::SidecarArgs;
 
@@ -77,7 +78,7 @@ fn workspace_store(args: &SidecarArgs) -> anyhow::Result<WorkspaceStore> {
 }
 
 /// A store a runtime thread can get its own handle on.
-trait ThreadStore: TurnStore + SessionCatalog + Sized + 'static {
+trait ThreadStore: TurnStore + SessionCatalog + WorkspaceRoots + Clone + Sized + 'static {
     /// A handle whose I/O runs on the current runtime.
     async fn for_this_thread(&self, args: &SidecarArgs) -> anyhow::Result<Self>;
 
@@ -155,6 +156,19 @@ async fn serve<S: ThreadStore>(
     })
     .await
     .context("heartbeat thread")?;
+    // One replica at a time deletes the workspace objects no session uses.
+    if !args.workspace_gc_interval.is_zero() {
+        let collector = Collector::new(
+            engine.store.clone(),
+            workspace_store(&args)?,
+            engine.holder.to_string(),
+            CollectorSettings {
+                interval: args.workspace_gc_interval,
+                retention: args.workspace_gc_retention,
+            },
+        );
+        tokio::spawn(collector.run_forever());
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;

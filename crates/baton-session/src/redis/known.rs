@@ -68,10 +68,9 @@ impl KeySpace {
         format!("{}:known:complete", self.prefix)
     }
 
-    /// The marker of the session an unshipped-index member names (the
-    /// member is the inside of the session's hash tag).
+    /// The marker of the session an unshipped-index member names.
     fn known_marker_of_member(&self, member: &str) -> String {
-        [self.prefix.as_str(), ":{", member, "}:known"].concat()
+        self.key_of_member(member, ":known")
     }
 }
 

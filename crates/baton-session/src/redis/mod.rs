@@ -194,6 +194,18 @@ impl KeySpace {
         format!("{}:sweeper", self.prefix)
     }
 
+    /// The key `suffix` (":state", ":known", ...) of the session an
+    /// unshipped-index member names: the member is the inside of the
+    /// session's hash tag.
+    fn key_of_member(&self, member: &str, suffix: &str) -> String {
+        [self.prefix.as_str(), ":{", member, "}", suffix].concat()
+    }
+
+    /// The workspace collector's lease: at most one collects at a time.
+    pub fn collector(&self) -> String {
+        format!("{}:collector", self.prefix)
+    }
+
     /// Set once the logs written before the index existed were indexed.
     fn backfilled(&self) -> String {
         format!("{}:unshipped:backfilled", self.prefix)
@@ -1068,6 +1080,29 @@ impl RedisStore {
         Ok(found)
     }
 
+    /// The workspace of every session the unshipped index names: states
+    /// whose commits the ledger's durable copies may not have yet.
+    pub(crate) async fn unshipped_workspaces(&self) -> StoreResult<Vec<String>> {
+        let mut found = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let (next, members) = self.unshipped_members_page(cursor).await?;
+            let mut pipe = redis::pipe();
+            for member in &members {
+                pipe.hget(self.space.key_of_member(member, ":state"), "ws");
+            }
+            let workspaces: Vec<Option<String>> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+            found.extend(workspaces.into_iter().flatten().filter(|w| !w.is_empty()));
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
+    }
+
     /// How many records each session's log holds, in one round trip.
     pub(crate) async fn log_lengths(&self, keys: &[&SessionKey]) -> StoreResult<Vec<u64>> {
         let mut pipe = redis::pipe();
@@ -1099,10 +1134,23 @@ impl RedisStore {
     /// Takes or keeps the sweeper lease for `holder`; false while another
     /// shipper holds it.
     pub(crate) async fn sweeper_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        self.singleton_lease(&self.space.sweeper(), holder, ttl)
+            .await
+    }
+
+    /// Takes or keeps the workspace collector's lease for `holder`.
+    pub(crate) async fn collector_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        self.singleton_lease(&self.space.collector(), holder, ttl)
+            .await
+    }
+
+    /// Takes or keeps the lease `lease` of work one holder does at a time
+    /// (`sweeper.lua`).
+    async fn singleton_lease(&self, lease: &str, holder: &str, ttl: Duration) -> StoreResult<bool> {
         let held: i64 = self
             .scripts
             .sweeper
-            .key(self.space.sweeper())
+            .key(lease)
             .arg(holder)
             .arg(millis(ttl))
             .invoke_async(&mut self.conn.clone())

@@ -1,4 +1,5 @@
--- One sweeper at a time: take or keep the sweeper lease.
+-- Work one holder does at a time (the ledger sweeper, the workspace
+-- collector): take or keep its lease.
 -- KEYS: 1 the lease. ARGV: 1 the shipper's id, 2 TTL ms.
 -- Returns 1 when the caller holds it now, 0 when another shipper does.
 local holder = redis.call('GET', KEYS[1])
