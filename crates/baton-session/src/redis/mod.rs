@@ -27,6 +27,12 @@
 //!
 //! With a ledger, a fourth key per session, its "known" marker, lets a
 //! brand-new session start while Postgres is down (`known.rs`).
+//!
+//! Here: the store and the turn protocol's steps. Beside it: `keys.rs` (the
+//! key layout and namespaces), `reply.rs` (script replies, idempotency
+//! records), `shipping.rs` (what the ledger shipper and the sweeper read
+//! and write, the singleton leases), `replicas.rs` (the live replica list),
+//! `known.rs` (the known-session index).
 
 use std::time::Duration;
 
@@ -34,93 +40,33 @@ use bytes::Bytes;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script, Value};
 
-use crate::id_encoding::{decode_key_part, key_part};
 use crate::ids::{ReplicaId, SessionKey};
 use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseView,
-    SessionState, SessionView, TurnResult,
+    SessionState, SessionView,
 };
 use crate::store::{StoreError, StoreResult, TurnStore};
 use crate::turn_record;
 
+mod keys;
 mod known;
+mod replicas;
+mod reply;
+mod shipping;
+
+pub use keys::{KeySpace, SessionKeys, UNSHIPPED_INDEX};
+use keys::{digest_slot, record_slot, unshipped_member};
+use reply::{Reply, parse_result, reused};
 
 /// Idempotency records kept per session: a retry of one of the last this
 /// many turns gets its stored result; an older one gets STALE.
 pub const RESULTS_RETAINED: u64 = 1024;
-
-/// Key names of one session, all under one hash tag. The state hash also
-/// holds the lease and the idempotency records (see `begin.lua`).
-#[derive(Clone, Debug)]
-pub struct SessionKeys {
-    pub state: String,
-    pub payload: String,
-    pub log: String,
-    /// Set by every ledgered commit and never expired: the ledger may know
-    /// this session (see `known.rs`).
-    pub known: String,
-    tag: String,
-}
-
-impl SessionKeys {
-    /// The keys of `key` in the default key space (see [`KeySpace`]).
-    pub fn new(key: &SessionKey) -> Self {
-        KeySpace::default().session(key)
-    }
-
-    fn in_space(prefix: &str, key: &SessionKey) -> Self {
-        // Encoded ids hold no ':' or braces (see id_encoding.rs), so the
-        // tag is unambiguous and an id cannot move it. Concatenated, not
-        // format!ted: this runs several times per turn, and the formatting
-        // machinery showed in the sidecar's profile.
-        let tag = [
-            prefix,
-            ":{",
-            &key_part(key.tenant.as_str()),
-            ":",
-            &key_part(key.session.as_str()),
-            "}",
-        ]
-        .concat();
-        Self {
-            state: [tag.as_str(), ":state"].concat(),
-            payload: [tag.as_str(), ":payload"].concat(),
-            log: [tag.as_str(), ":log"].concat(),
-            known: [tag.as_str(), ":known"].concat(),
-            tag,
-        }
-    }
-
-    /// Where a commit under `fence` stages its payload before `commit.lua`
-    /// renames it into place.
-    pub fn staged(&self, fence: u64) -> String {
-        format!("{}:staged:{fence}", self.tag)
-    }
-}
 
 /// How much longer than the state a staged payload lives. The commit renames
 /// it into place with its TTL, so the payload always outlives its state (by
 /// at most this); a payload whose commit never ran lives the state TTL plus
 /// this.
 const STAGED_TTL_MS: u64 = 60_000;
-
-/// The state hash's field that holds `turn_seq`'s idempotency record: a
-/// ring of RESULTS_RETAINED slots, so a commit overwrites the record that
-/// leaves the window instead of deleting it (one `redis.call` fewer). The
-/// prefix `i` is not the `r<turnSeq>` of the layout before the ring, so a
-/// replica of either layout reads the other's records as absent (STALE, a
-/// refusal), never as a wrong result.
-fn record_slot(turn_seq: u64) -> String {
-    format!("i{}", turn_seq % RESULTS_RETAINED)
-}
-
-/// The field beside `record_slot` that holds `"<turnSeq>:<input digest>"`
-/// of the record there. A field of its own, not part of the record, so
-/// builds that predate it read records as before; the turnSeq in it tells
-/// whether a build that did not write it left it from an older turn.
-fn digest_slot(turn_seq: u64) -> String {
-    format!("d{}", turn_seq % RESULTS_RETAINED)
-}
 
 /// `HMGET state version ws`.
 type VersionAndWorkspace = (Option<String>, Option<String>);
@@ -129,118 +75,8 @@ type VersionAndWorkspace = (Option<String>, Option<String>);
 /// state TTL: the ledger must get them even after a long Postgres outage.
 const LOG_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
 
-/// Where one deployment's keys live. Deployments that share a Redis (two
-/// `AgentDeployment`s on one external Redis) each get a store namespace,
-/// and every key of theirs starts with `baton@<namespace>` (encoded like an
-/// id); the empty namespace is `baton`, the layout before namespaces, so
-/// existing data keeps its keys. `@` follows `baton` in no key of the
-/// default space, so no namespace's keys meet another's.
-#[derive(Clone, Debug)]
-pub struct KeySpace {
-    prefix: String,
-}
-
-impl Default for KeySpace {
-    fn default() -> Self {
-        Self {
-            prefix: "baton".into(),
-        }
-    }
-}
-
-impl KeySpace {
-    pub fn new(namespace: &str) -> Self {
-        if namespace.is_empty() {
-            return Self::default();
-        }
-        Self {
-            prefix: ["baton@", &key_part(namespace)].concat(),
-        }
-    }
-
-    /// The keys of one session.
-    pub fn session(&self, key: &SessionKey) -> SessionKeys {
-        SessionKeys::in_space(&self.prefix, key)
-    }
-
-    /// A replica's liveness key (its value: when it last beat).
-    fn heartbeat(&self, replica: &str) -> String {
-        format!("{}:hb:{replica}", self.prefix)
-    }
-
-    /// What a replica says of itself, beside its heartbeat key (with the
-    /// same TTL): a key of its own, so builds that read heartbeat keys as
-    /// numbers still do.
-    fn heartbeat_info(&self, replica: &str) -> String {
-        format!("{}:hbinfo:{replica}", self.prefix)
-    }
-
-    /// Sessions whose logs may hold unshipped records: member
-    /// `<tenant>:<session>` (each [`key_part`]-encoded), score the time of
-    /// the last commit that added it (ms, with a random fraction so that
-    /// two commits in one millisecond still leave different scores; see
-    /// `unindex.lua`).
-    pub fn unshipped(&self) -> String {
-        format!("{}:unshipped", self.prefix)
-    }
-
-    /// Replicas by heartbeat expiry (ms): member the holder id.
-    fn replicas(&self) -> String {
-        format!("{}:replicas", self.prefix)
-    }
-
-    /// The sweeper lease: at most one shipper sweeps at a time.
-    pub fn sweeper(&self) -> String {
-        format!("{}:sweeper", self.prefix)
-    }
-
-    /// The key `suffix` (":state", ":known", ...) of the session an
-    /// unshipped-index member names: the member is the inside of the
-    /// session's hash tag.
-    fn key_of_member(&self, member: &str, suffix: &str) -> String {
-        [self.prefix.as_str(), ":{", member, "}", suffix].concat()
-    }
-
-    /// The workspace collector's lease: at most one collects at a time.
-    pub fn collector(&self) -> String {
-        format!("{}:collector", self.prefix)
-    }
-
-    /// Set once the logs written before the index existed were indexed.
-    fn backfilled(&self) -> String {
-        format!("{}:unshipped:backfilled", self.prefix)
-    }
-}
-
-/// The unshipped index of the default key space.
-pub const UNSHIPPED_INDEX: &str = "baton:unshipped";
 /// Replicas that stopped beating this long ago leave the replica index.
 const REPLICA_FORGET_MS: u64 = 3_600_000;
-
-/// The member of `key` in [`UNSHIPPED_INDEX`].
-fn unshipped_member(key: &SessionKey) -> String {
-    [
-        &*key_part(key.tenant.as_str()),
-        ":",
-        &*key_part(key.session.as_str()),
-    ]
-    .concat()
-}
-
-/// The session an [`UNSHIPPED_INDEX`] member names.
-fn session_of_member(member: &str) -> Option<SessionKey> {
-    let (tenant, session) = member.split_once(':')?;
-    SessionKey::new(&decode_key_part(tenant)?, &decode_key_part(session)?).ok()
-}
-
-/// An entry of [`UNSHIPPED_INDEX`] as the sweeper read it.
-#[derive(Clone, Debug)]
-pub(crate) struct Unshipped {
-    pub key: SessionKey,
-    member: String,
-    /// The score as Redis printed it: compared as text by `unindex.lua`.
-    score: String,
-}
 
 struct Scripts {
     begin: Script,
@@ -386,96 +222,11 @@ const VIEW_FIELDS: [&str; 9] = [
 /// Those fields and Redis's clock, read in one pipeline.
 type SessionReadout = (Vec<Option<String>>, (u64, u64));
 
-type ShipReadout = (Vec<String>, (Option<u64>, Option<String>), Option<Vec<u8>>);
-
-/// Reads the script replies: arrays of bulk strings and integers.
-struct Reply(Vec<Value>);
-
-impl Reply {
-    fn text(&self, i: usize) -> StoreResult<String> {
-        match self.0.get(i) {
-            Some(Value::BulkString(b)) => {
-                String::from_utf8(b.clone()).map_err(|_| corrupt("non-UTF-8 text"))
-            }
-            Some(Value::SimpleString(s)) => Ok(s.clone()),
-            Some(Value::Int(n)) => Ok(n.to_string()),
-            other => Err(corrupt(format!("expected text at {i}, got {other:?}"))),
-        }
-    }
-
-    fn num(&self, i: usize) -> StoreResult<u64> {
-        match self.0.get(i) {
-            Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| corrupt("negative number")),
-            _ => self
-                .text(i)?
-                .parse()
-                .map_err(|_| corrupt(format!("expected a number at {i}"))),
-        }
-    }
-
-    fn int(&self, i: usize) -> StoreResult<i64> {
-        match self.0.get(i) {
-            Some(Value::Int(n)) => Ok(*n),
-            _ => self
-                .text(i)?
-                .parse()
-                .map_err(|_| corrupt(format!("expected an integer at {i}"))),
-        }
-    }
-
-    fn bytes(&self, i: usize) -> StoreResult<Option<Bytes>> {
-        match self.0.get(i) {
-            Some(Value::BulkString(b)) => Ok(Some(Bytes::from(b.clone()))),
-            Some(Value::Nil) | None => Ok(None),
-            other => Err(corrupt(format!("expected bytes at {i}, got {other:?}"))),
-        }
-    }
-}
-
 /// Steps of the random fraction of an index score: below a millisecond.
 const FRACTION_STEPS: u16 = 1000;
 
 fn rand_fraction() -> u16 {
     rand::random_range(0..FRACTION_STEPS)
-}
-
-/// A stored result is `"<version>\n<reply>"`.
-/// Reads an idempotency record, `"<turnSeq>\n<version>\n<reply>"`; `None`
-/// when its ring slot holds another turn's record (`turn_seq` left the
-/// window).
-fn parse_result(turn_seq: u64, stored: &[u8]) -> StoreResult<Option<TurnResult>> {
-    let mut parts = stored.splitn(3, |b| *b == b'\n');
-    let mut number = |what: &str| {
-        parts
-            .next()
-            .and_then(|n| std::str::from_utf8(n).ok())
-            .and_then(|n| n.parse::<u64>().ok())
-            .ok_or_else(|| corrupt(format!("idempotency record: {what}")))
-    };
-    let stored_seq = number("turnSeq")?;
-    let version = number("version")?;
-    let reply = parts
-        .next()
-        .ok_or_else(|| corrupt("idempotency record without a reply"))?;
-    Ok((stored_seq == turn_seq).then(|| TurnResult {
-        turn_seq,
-        version,
-        reply: Bytes::copy_from_slice(reply),
-    }))
-}
-
-/// Whether the record of `turn_seq` was committed with another input than
-/// `req`'s, by its digest field (`"<turnSeq>:<digest>"`). A field of
-/// another turnSeq, or none (a build that predates it wrote the record),
-/// proves nothing: the record is answered as before.
-fn reused(turn_seq: u64, stored: Option<Bytes>, req: &BeginRequest) -> bool {
-    let (Some(stored), Some(asked)) = (stored, &req.input_digest) else {
-        return false;
-    };
-    let prefix = format!("{turn_seq}:");
-    stored
-        .strip_prefix(prefix.as_bytes())
-        .is_some_and(|digest| digest != asked.as_bytes())
 }
 
 impl RedisStore {
@@ -897,315 +648,6 @@ impl RedisStore {
             .await
             .map_err(unavailable)?;
         Ok(self.learn_run(vouched))
-    }
-
-    /// For each of `keys`: up to `limit` unshipped turn records and the
-    /// state as it is now — all in one round trip.
-    pub(crate) async fn ship_batches(
-        &self,
-        keys: &[SessionKey],
-        limit: usize,
-    ) -> StoreResult<Vec<crate::ledger::ShipBatch>> {
-        let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
-        // MULTI/EXEC: each session's version and payload read at one instant.
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for key in keys {
-            let k = self.space.session(key);
-            pipe.lrange(&k.log, 0, end)
-                .hmget(&k.state, &["version", "ws"])
-                .get(&k.payload);
-        }
-        let replies: Vec<Value> = pipe
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if replies.len() != keys.len() * 3 {
-            return Err(corrupt(format!(
-                "shipping read: {} replies for {} sessions",
-                replies.len(),
-                keys.len()
-            )));
-        }
-        let mut batches = Vec::with_capacity(keys.len());
-        for (key, reply) in keys.iter().zip(replies.chunks(3)) {
-            let (raw, (version, workspace), payload): ShipReadout = (
-                redis::from_redis_value_ref(&reply[0]).map_err(parse_error)?,
-                redis::from_redis_value_ref(&reply[1]).map_err(parse_error)?,
-                redis::from_redis_value_ref(&reply[2]).map_err(parse_error)?,
-            );
-            let records = raw
-                .iter()
-                .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
-                .collect::<StoreResult<Vec<crate::model::TurnRecord>>>()?;
-            let durable = match (version, payload) {
-                (None, _) => None,
-                // A session that never committed has no payload.
-                (Some(0), _) => Some(crate::ledger::DurableCopy {
-                    version: 0,
-                    payload: Bytes::new(),
-                    workspace: None,
-                }),
-                (Some(version), Some(payload)) => Some(crate::ledger::DurableCopy {
-                    version,
-                    payload: Bytes::from(payload),
-                    workspace: workspace.filter(|w| !w.is_empty()),
-                }),
-                // Never an empty copy the ledger would vouch for: the sweep
-                // skips this session (and says so) until it is mended.
-                (Some(version), None) => {
-                    return Err(corrupt(format!(
-                        "{key}: version {version} has no payload; not shipping it as an empty copy"
-                    )));
-                }
-            };
-            batches.push(crate::ledger::ShipBatch {
-                key: key.clone(),
-                records,
-                durable,
-            });
-        }
-        Ok(batches)
-    }
-
-    /// Drops from each batch's session log the records the batch shipped,
-    /// in one round trip; how many each dropped. Records are named by
-    /// turnSeq and fence, and only those are dropped (see `ack.lua`): a
-    /// record the batch did not hold stays to be shipped, whatever its
-    /// turnSeq.
-    pub(crate) async fn ack_shipped(
-        &self,
-        batches: &[crate::ledger::ShipBatch],
-    ) -> StoreResult<Vec<u64>> {
-        if batches.is_empty() {
-            return Ok(Vec::new());
-        }
-        let invocations: Vec<_> = batches
-            .iter()
-            .map(|batch| {
-                let mut i = self.scripts.ack.prepare_invoke();
-                i.key(self.space.session(&batch.key).log);
-                for record in &batch.records {
-                    i.arg(record.turn_seq.to_string())
-                        .arg(record.fence.to_string());
-                }
-                i
-            })
-            .collect();
-        self.with_script(&self.scripts.ack, |pipe| {
-            for i in &invocations {
-                pipe.invoke_script(i);
-            }
-        })
-        .await
-    }
-
-    /// Replicas whose heartbeat key is alive, with when they last beat:
-    /// the replica index names the candidates (no keyspace walk), their
-    /// heartbeat keys decide. Two round trips, whatever the keyspace holds.
-    pub async fn replicas(&self) -> StoreResult<Vec<crate::model::ReplicaView>> {
-        let mut conn = self.conn.clone();
-        let now = turn_record::now_ms();
-        // Clocks differ between replicas: candidates are those whose
-        // expiry is at most a while ago by this clock; the key decides.
-        let mut names: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.space.replicas())
-            .arg(now.saturating_sub(60_000))
-            .arg("+inf")
-            .arg("BYSCORE")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        names.sort();
-        if names.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<String> = names.iter().map(|n| self.space.heartbeat(n)).collect();
-        let info_keys: Vec<String> = names.iter().map(|n| self.space.heartbeat_info(n)).collect();
-        let (seen, infos): (Vec<Option<u64>>, Vec<Option<String>>) = redis::pipe()
-            .mget(&keys)
-            .mget(&info_keys)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        let mut replicas = Vec::new();
-        for ((id, seen), info) in names.into_iter().zip(seen).zip(infos) {
-            if let Some(last_seen_ms) = seen {
-                replicas.push(crate::model::ReplicaView {
-                    info: crate::sqlite::replica_info(&id, info.as_deref())?,
-                    id,
-                    last_seen_ms,
-                });
-            }
-        }
-        Ok(replicas)
-    }
-
-    /// Up to `limit` indexed sessions whose last indexing commit is older
-    /// than `older_than_ms` (ms): the woken shipper had its chance at them.
-    pub(crate) async fn unshipped(
-        &self,
-        older_than_ms: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<Unshipped>> {
-        let before = turn_record::now_ms().saturating_sub(older_than_ms);
-        let entries: Vec<(String, String)> = redis::cmd("ZRANGE")
-            .arg(self.space.unshipped())
-            .arg("-inf")
-            .arg(before)
-            .arg("BYSCORE")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .arg("WITHSCORES")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        let mut found = Vec::with_capacity(entries.len());
-        for (member, score) in entries {
-            match session_of_member(&member) {
-                Some(key) => found.push(Unshipped { key, member, score }),
-                None => {
-                    // Not an entry this code writes: drop it, say so.
-                    tracing::warn!(%member, "dropping an unshipped-index entry that names no session");
-                    let _: i64 = self
-                        .conn
-                        .clone()
-                        .zrem(self.space.unshipped(), &member)
-                        .await
-                        .map_err(unavailable)?;
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    /// The workspace of every session the unshipped index names: states
-    /// whose commits the ledger's durable copies may not have yet.
-    pub(crate) async fn unshipped_workspaces(&self) -> StoreResult<Vec<String>> {
-        let mut found = Vec::new();
-        let mut cursor = 0;
-        loop {
-            let (next, members) = self.unshipped_members_page(cursor).await?;
-            let mut pipe = redis::pipe();
-            for member in &members {
-                pipe.hget(self.space.key_of_member(member, ":state"), "ws");
-            }
-            let workspaces: Vec<Option<String>> = pipe
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(unavailable)?;
-            found.extend(workspaces.into_iter().flatten().filter(|w| !w.is_empty()));
-            if next == 0 {
-                return Ok(found);
-            }
-            cursor = next;
-        }
-    }
-
-    /// How many records each session's log holds, in one round trip.
-    pub(crate) async fn log_lengths(&self, keys: &[&SessionKey]) -> StoreResult<Vec<u64>> {
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.llen(self.space.session(key).log);
-        }
-        pipe.query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
-    }
-
-    /// Drops `entries` (whose logs were found empty) from the index, each
-    /// unless a commit re-indexed it since it was read (`unindex.lua`).
-    pub(crate) async fn unindex(&self, entries: &[&Unshipped]) -> StoreResult<u64> {
-        if entries.is_empty() {
-            return Ok(0);
-        }
-        let mut invocation = self.scripts.unindex.prepare_invoke();
-        invocation.key(self.space.unshipped());
-        for entry in entries {
-            invocation.arg(&entry.member).arg(&entry.score);
-        }
-        invocation
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
-    }
-
-    /// Takes or keeps the sweeper lease for `holder`; false while another
-    /// shipper holds it.
-    pub(crate) async fn sweeper_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
-        self.singleton_lease(&self.space.sweeper(), holder, ttl)
-            .await
-    }
-
-    /// Takes or keeps the workspace collector's lease for `holder`.
-    pub(crate) async fn collector_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
-        self.singleton_lease(&self.space.collector(), holder, ttl)
-            .await
-    }
-
-    /// Takes or keeps the lease `lease` of work one holder does at a time
-    /// (`sweeper.lua`).
-    async fn singleton_lease(&self, lease: &str, holder: &str, ttl: Duration) -> StoreResult<bool> {
-        let held: i64 = self
-            .scripts
-            .sweeper
-            .key(lease)
-            .arg(holder)
-            .arg(millis(ttl))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        Ok(held == 1)
-    }
-
-    /// Once per Redis: indexes the logs written before the index existed
-    /// (one SCAN, the only walk of the keyspace left). Returns how many it
-    /// found; 0 once done.
-    pub(crate) async fn backfill_unshipped(&self) -> StoreResult<usize> {
-        let mut conn = self.conn.clone();
-        let done: bool = conn
-            .exists(self.space.backfilled())
-            .await
-            .map_err(unavailable)?;
-        if done {
-            return Ok(0);
-        }
-        let mut members = Vec::new();
-        let mut iter: redis::AsyncIter<String> = conn
-            .scan_options(
-                redis::ScanOptions::default()
-                    .with_pattern(format!("{}:{{*}}:log", self.space.prefix))
-                    .with_count(1000),
-            )
-            .await
-            .map_err(unavailable)?;
-        while let Some(item) = iter.next_item().await {
-            let name = item.map_err(unavailable)?;
-            if let Some(inner) = name
-                .strip_prefix(self.space.prefix.as_str())
-                .and_then(|n| n.strip_prefix(":{"))
-                .and_then(|n| n.strip_suffix("}:log"))
-            {
-                members.push(inner.to_owned());
-            }
-        }
-        drop(iter);
-        let mut pipe = redis::pipe();
-        for chunk in members.chunks(1000) {
-            // Score 0: older than anything, swept first. NX: an entry a
-            // commit made keeps its score.
-            let mut zadd = redis::cmd("ZADD");
-            zadd.arg(self.space.unshipped()).arg("NX");
-            for member in chunk {
-                zadd.arg(0).arg(member);
-            }
-            pipe.add_command(zadd).ignore();
-        }
-        pipe.set(self.space.backfilled(), turn_record::now_ms())
-            .ignore();
-        let () = pipe.query_async(&mut conn).await.map_err(unavailable)?;
-        Ok(members.len())
     }
 
     /// The fence of the session's lease, if one is held (expired or not:

@@ -1,0 +1,176 @@
+//! Where a session's keys and the indexes live in Redis: the key layout,
+//! per store namespace, and the encodings of the index members.
+
+use crate::id_encoding::{decode_key_part, key_part};
+use crate::ids::SessionKey;
+
+use super::RESULTS_RETAINED;
+
+/// Key names of one session, all under one hash tag. The state hash also
+/// holds the lease and the idempotency records (see `begin.lua`).
+#[derive(Clone, Debug)]
+pub struct SessionKeys {
+    pub state: String,
+    pub payload: String,
+    pub log: String,
+    /// Set by every ledgered commit and never expired: the ledger may know
+    /// this session (see `known.rs`).
+    pub known: String,
+    pub(super) tag: String,
+}
+
+impl SessionKeys {
+    /// The keys of `key` in the default key space (see [`KeySpace`]).
+    pub fn new(key: &SessionKey) -> Self {
+        KeySpace::default().session(key)
+    }
+
+    pub(super) fn in_space(prefix: &str, key: &SessionKey) -> Self {
+        // Encoded ids hold no ':' or braces (see id_encoding.rs), so the
+        // tag is unambiguous and an id cannot move it. Concatenated, not
+        // format!ted: this runs several times per turn, and the formatting
+        // machinery showed in the sidecar's profile.
+        let tag = [
+            prefix,
+            ":{",
+            &key_part(key.tenant.as_str()),
+            ":",
+            &key_part(key.session.as_str()),
+            "}",
+        ]
+        .concat();
+        Self {
+            state: [tag.as_str(), ":state"].concat(),
+            payload: [tag.as_str(), ":payload"].concat(),
+            log: [tag.as_str(), ":log"].concat(),
+            known: [tag.as_str(), ":known"].concat(),
+            tag,
+        }
+    }
+
+    /// Where a commit under `fence` stages its payload before `commit.lua`
+    /// renames it into place.
+    pub fn staged(&self, fence: u64) -> String {
+        format!("{}:staged:{fence}", self.tag)
+    }
+}
+
+/// The state hash's field that holds `turn_seq`'s idempotency record: a
+/// ring of RESULTS_RETAINED slots, so a commit overwrites the record that
+/// leaves the window instead of deleting it (one `redis.call` fewer). The
+/// prefix `i` is not the `r<turnSeq>` of the layout before the ring, so a
+/// replica of either layout reads the other's records as absent (STALE, a
+/// refusal), never as a wrong result.
+pub(super) fn record_slot(turn_seq: u64) -> String {
+    format!("i{}", turn_seq % RESULTS_RETAINED)
+}
+
+/// The field beside `record_slot` that holds `"<turnSeq>:<input digest>"`
+/// of the record there. A field of its own, not part of the record, so
+/// builds that predate it read records as before; the turnSeq in it tells
+/// whether a build that did not write it left it from an older turn.
+pub(super) fn digest_slot(turn_seq: u64) -> String {
+    format!("d{}", turn_seq % RESULTS_RETAINED)
+}
+
+/// Where one deployment's keys live. Deployments that share a Redis (two
+/// `AgentDeployment`s on one external Redis) each get a store namespace,
+/// and every key of theirs starts with `baton@<namespace>` (encoded like an
+/// id); the empty namespace is `baton`, the layout before namespaces, so
+/// existing data keeps its keys. `@` follows `baton` in no key of the
+/// default space, so no namespace's keys meet another's.
+#[derive(Clone, Debug)]
+pub struct KeySpace {
+    pub(super) prefix: String,
+}
+
+impl Default for KeySpace {
+    fn default() -> Self {
+        Self {
+            prefix: "baton".into(),
+        }
+    }
+}
+
+impl KeySpace {
+    pub fn new(namespace: &str) -> Self {
+        if namespace.is_empty() {
+            return Self::default();
+        }
+        Self {
+            prefix: ["baton@", &key_part(namespace)].concat(),
+        }
+    }
+
+    /// The keys of one session.
+    pub fn session(&self, key: &SessionKey) -> SessionKeys {
+        SessionKeys::in_space(&self.prefix, key)
+    }
+
+    /// A replica's liveness key (its value: when it last beat).
+    pub(super) fn heartbeat(&self, replica: &str) -> String {
+        format!("{}:hb:{replica}", self.prefix)
+    }
+
+    /// What a replica says of itself, beside its heartbeat key (with the
+    /// same TTL): a key of its own, so builds that read heartbeat keys as
+    /// numbers still do.
+    pub(super) fn heartbeat_info(&self, replica: &str) -> String {
+        format!("{}:hbinfo:{replica}", self.prefix)
+    }
+
+    /// Sessions whose logs may hold unshipped records: member
+    /// `<tenant>:<session>` (each [`key_part`]-encoded), score the time of
+    /// the last commit that added it (ms, with a random fraction so that
+    /// two commits in one millisecond still leave different scores; see
+    /// `unindex.lua`).
+    pub fn unshipped(&self) -> String {
+        format!("{}:unshipped", self.prefix)
+    }
+
+    /// Replicas by heartbeat expiry (ms): member the holder id.
+    pub(super) fn replicas(&self) -> String {
+        format!("{}:replicas", self.prefix)
+    }
+
+    /// The sweeper lease: at most one shipper sweeps at a time.
+    pub fn sweeper(&self) -> String {
+        format!("{}:sweeper", self.prefix)
+    }
+
+    /// The key `suffix` (":state", ":known", ...) of the session an
+    /// unshipped-index member names: the member is the inside of the
+    /// session's hash tag.
+    pub(super) fn key_of_member(&self, member: &str, suffix: &str) -> String {
+        [self.prefix.as_str(), ":{", member, "}", suffix].concat()
+    }
+
+    /// The workspace collector's lease: at most one collects at a time.
+    pub fn collector(&self) -> String {
+        format!("{}:collector", self.prefix)
+    }
+
+    /// Set once the logs written before the index existed were indexed.
+    pub(super) fn backfilled(&self) -> String {
+        format!("{}:unshipped:backfilled", self.prefix)
+    }
+}
+
+/// The unshipped index of the default key space.
+pub const UNSHIPPED_INDEX: &str = "baton:unshipped";
+
+/// The member of `key` in [`UNSHIPPED_INDEX`].
+pub(super) fn unshipped_member(key: &SessionKey) -> String {
+    [
+        &*key_part(key.tenant.as_str()),
+        ":",
+        &*key_part(key.session.as_str()),
+    ]
+    .concat()
+}
+
+/// The session an [`UNSHIPPED_INDEX`] member names.
+pub(super) fn session_of_member(member: &str) -> Option<SessionKey> {
+    let (tenant, session) = member.split_once(':')?;
+    SessionKey::new(&decode_key_part(tenant)?, &decode_key_part(session)?).ok()
+}

@@ -1,0 +1,48 @@
+//! The replicas that are alive, from the heartbeat index.
+
+use super::{RedisStore, unavailable};
+use crate::store::StoreResult;
+use crate::turn_record;
+
+impl RedisStore {
+    /// Replicas whose heartbeat key is alive, with when they last beat:
+    /// the replica index names the candidates (no keyspace walk), their
+    /// heartbeat keys decide. Two round trips, whatever the keyspace holds.
+    pub async fn replicas(&self) -> StoreResult<Vec<crate::model::ReplicaView>> {
+        let mut conn = self.conn.clone();
+        let now = turn_record::now_ms();
+        // Clocks differ between replicas: candidates are those whose
+        // expiry is at most a while ago by this clock; the key decides.
+        let mut names: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.space.replicas())
+            .arg(now.saturating_sub(60_000))
+            .arg("+inf")
+            .arg("BYSCORE")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        names.sort();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = names.iter().map(|n| self.space.heartbeat(n)).collect();
+        let info_keys: Vec<String> = names.iter().map(|n| self.space.heartbeat_info(n)).collect();
+        let (seen, infos): (Vec<Option<u64>>, Vec<Option<String>>) = redis::pipe()
+            .mget(&keys)
+            .mget(&info_keys)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let mut replicas = Vec::new();
+        for ((id, seen), info) in names.into_iter().zip(seen).zip(infos) {
+            if let Some(last_seen_ms) = seen {
+                replicas.push(crate::model::ReplicaView {
+                    info: crate::sqlite::replica_info(&id, info.as_deref())?,
+                    id,
+                    last_seen_ms,
+                });
+            }
+        }
+        Ok(replicas)
+    }
+}

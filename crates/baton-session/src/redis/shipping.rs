@@ -1,0 +1,296 @@
+//! What the ledger shipper and the sweeper read and write in Redis: the
+//! unshipped turn records of sessions, the index of sessions that may have
+//! some, and the leases of work one replica does for all (the sweeper, the
+//! workspace collector).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::{AsyncCommands, Value};
+
+use super::keys::session_of_member;
+use super::{RedisStore, corrupt, millis, parse_error, unavailable};
+use crate::ids::SessionKey;
+use crate::store::StoreResult;
+use crate::turn_record;
+
+/// An entry of [`UNSHIPPED_INDEX`] as the sweeper read it.
+#[derive(Clone, Debug)]
+pub(crate) struct Unshipped {
+    pub key: SessionKey,
+    pub(super) member: String,
+    /// The score as Redis printed it: compared as text by `unindex.lua`.
+    pub(super) score: String,
+}
+
+type ShipReadout = (Vec<String>, (Option<u64>, Option<String>), Option<Vec<u8>>);
+
+impl RedisStore {
+    /// For each of `keys`: up to `limit` unshipped turn records and the
+    /// state as it is now — all in one round trip.
+    pub(crate) async fn ship_batches(
+        &self,
+        keys: &[SessionKey],
+        limit: usize,
+    ) -> StoreResult<Vec<crate::ledger::ShipBatch>> {
+        let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
+        // MULTI/EXEC: each session's version and payload read at one instant.
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for key in keys {
+            let k = self.space.session(key);
+            pipe.lrange(&k.log, 0, end)
+                .hmget(&k.state, &["version", "ws"])
+                .get(&k.payload);
+        }
+        let replies: Vec<Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if replies.len() != keys.len() * 3 {
+            return Err(corrupt(format!(
+                "shipping read: {} replies for {} sessions",
+                replies.len(),
+                keys.len()
+            )));
+        }
+        let mut batches = Vec::with_capacity(keys.len());
+        for (key, reply) in keys.iter().zip(replies.chunks(3)) {
+            let (raw, (version, workspace), payload): ShipReadout = (
+                redis::from_redis_value_ref(&reply[0]).map_err(parse_error)?,
+                redis::from_redis_value_ref(&reply[1]).map_err(parse_error)?,
+                redis::from_redis_value_ref(&reply[2]).map_err(parse_error)?,
+            );
+            let records = raw
+                .iter()
+                .map(|r| serde_json::from_str(r).map_err(|e| corrupt(format!("turn record: {e}"))))
+                .collect::<StoreResult<Vec<crate::model::TurnRecord>>>()?;
+            let durable = match (version, payload) {
+                (None, _) => None,
+                // A session that never committed has no payload.
+                (Some(0), _) => Some(crate::ledger::DurableCopy {
+                    version: 0,
+                    payload: Bytes::new(),
+                    workspace: None,
+                }),
+                (Some(version), Some(payload)) => Some(crate::ledger::DurableCopy {
+                    version,
+                    payload: Bytes::from(payload),
+                    workspace: workspace.filter(|w| !w.is_empty()),
+                }),
+                // Never an empty copy the ledger would vouch for: the sweep
+                // skips this session (and says so) until it is mended.
+                (Some(version), None) => {
+                    return Err(corrupt(format!(
+                        "{key}: version {version} has no payload; not shipping it as an empty copy"
+                    )));
+                }
+            };
+            batches.push(crate::ledger::ShipBatch {
+                key: key.clone(),
+                records,
+                durable,
+            });
+        }
+        Ok(batches)
+    }
+
+    /// Drops from each batch's session log the records the batch shipped,
+    /// in one round trip; how many each dropped. Records are named by
+    /// turnSeq and fence, and only those are dropped (see `ack.lua`): a
+    /// record the batch did not hold stays to be shipped, whatever its
+    /// turnSeq.
+    pub(crate) async fn ack_shipped(
+        &self,
+        batches: &[crate::ledger::ShipBatch],
+    ) -> StoreResult<Vec<u64>> {
+        if batches.is_empty() {
+            return Ok(Vec::new());
+        }
+        let invocations: Vec<_> = batches
+            .iter()
+            .map(|batch| {
+                let mut i = self.scripts.ack.prepare_invoke();
+                i.key(self.space.session(&batch.key).log);
+                for record in &batch.records {
+                    i.arg(record.turn_seq.to_string())
+                        .arg(record.fence.to_string());
+                }
+                i
+            })
+            .collect();
+        self.with_script(&self.scripts.ack, |pipe| {
+            for i in &invocations {
+                pipe.invoke_script(i);
+            }
+        })
+        .await
+    }
+
+    /// Up to `limit` indexed sessions whose last indexing commit is older
+    /// than `older_than_ms` (ms): the woken shipper had its chance at them.
+    pub(crate) async fn unshipped(
+        &self,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Unshipped>> {
+        let before = turn_record::now_ms().saturating_sub(older_than_ms);
+        let entries: Vec<(String, String)> = redis::cmd("ZRANGE")
+            .arg(self.space.unshipped())
+            .arg("-inf")
+            .arg(before)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let mut found = Vec::with_capacity(entries.len());
+        for (member, score) in entries {
+            match session_of_member(&member) {
+                Some(key) => found.push(Unshipped { key, member, score }),
+                None => {
+                    // Not an entry this code writes: drop it, say so.
+                    tracing::warn!(%member, "dropping an unshipped-index entry that names no session");
+                    let _: i64 = self
+                        .conn
+                        .clone()
+                        .zrem(self.space.unshipped(), &member)
+                        .await
+                        .map_err(unavailable)?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The workspace of every session the unshipped index names: states
+    /// whose commits the ledger's durable copies may not have yet.
+    pub(crate) async fn unshipped_workspaces(&self) -> StoreResult<Vec<String>> {
+        let mut found = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let (next, members) = self.unshipped_members_page(cursor).await?;
+            let mut pipe = redis::pipe();
+            for member in &members {
+                pipe.hget(self.space.key_of_member(member, ":state"), "ws");
+            }
+            let workspaces: Vec<Option<String>> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+            found.extend(workspaces.into_iter().flatten().filter(|w| !w.is_empty()));
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
+    }
+
+    /// How many records each session's log holds, in one round trip.
+    pub(crate) async fn log_lengths(&self, keys: &[&SessionKey]) -> StoreResult<Vec<u64>> {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.llen(self.space.session(key).log);
+        }
+        pipe.query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Drops `entries` (whose logs were found empty) from the index, each
+    /// unless a commit re-indexed it since it was read (`unindex.lua`).
+    pub(crate) async fn unindex(&self, entries: &[&Unshipped]) -> StoreResult<u64> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = self.scripts.unindex.prepare_invoke();
+        invocation.key(self.space.unshipped());
+        for entry in entries {
+            invocation.arg(&entry.member).arg(&entry.score);
+        }
+        invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Takes or keeps the sweeper lease for `holder`; false while another
+    /// shipper holds it.
+    pub(crate) async fn sweeper_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        self.singleton_lease(&self.space.sweeper(), holder, ttl)
+            .await
+    }
+
+    /// Takes or keeps the workspace collector's lease for `holder`.
+    pub(crate) async fn collector_lease(&self, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        self.singleton_lease(&self.space.collector(), holder, ttl)
+            .await
+    }
+
+    /// Takes or keeps the lease `lease` of work one holder does at a time
+    /// (`sweeper.lua`).
+    async fn singleton_lease(&self, lease: &str, holder: &str, ttl: Duration) -> StoreResult<bool> {
+        let held: i64 = self
+            .scripts
+            .sweeper
+            .key(lease)
+            .arg(holder)
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(held == 1)
+    }
+
+    /// Once per Redis: indexes the logs written before the index existed
+    /// (one SCAN, the only walk of the keyspace left). Returns how many it
+    /// found; 0 once done.
+    pub(crate) async fn backfill_unshipped(&self) -> StoreResult<usize> {
+        let mut conn = self.conn.clone();
+        let done: bool = conn
+            .exists(self.space.backfilled())
+            .await
+            .map_err(unavailable)?;
+        if done {
+            return Ok(0);
+        }
+        let mut members = Vec::new();
+        let mut iter: redis::AsyncIter<String> = conn
+            .scan_options(
+                redis::ScanOptions::default()
+                    .with_pattern(format!("{}:{{*}}:log", self.space.prefix))
+                    .with_count(1000),
+            )
+            .await
+            .map_err(unavailable)?;
+        while let Some(item) = iter.next_item().await {
+            let name = item.map_err(unavailable)?;
+            if let Some(inner) = name
+                .strip_prefix(self.space.prefix.as_str())
+                .and_then(|n| n.strip_prefix(":{"))
+                .and_then(|n| n.strip_suffix("}:log"))
+            {
+                members.push(inner.to_owned());
+            }
+        }
+        drop(iter);
+        let mut pipe = redis::pipe();
+        for chunk in members.chunks(1000) {
+            // Score 0: older than anything, swept first. NX: an entry a
+            // commit made keeps its score.
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(self.space.unshipped()).arg("NX");
+            for member in chunk {
+                zadd.arg(0).arg(member);
+            }
+            pipe.add_command(zadd).ignore();
+        }
+        pipe.set(self.space.backfilled(), turn_record::now_ms())
+            .ignore();
+        let () = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        Ok(members.len())
+    }
+}
