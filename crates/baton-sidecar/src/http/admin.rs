@@ -1,0 +1,125 @@
+//! The admin API (drain, status, takeover: admin tokens only), probes and
+//! metrics.
+
+use super::*;
+
+/// The admin API is for operators: with authentication on it needs an
+/// admin token (a tenant's token is not one).
+pub(super) fn admin<S>(api: &Api<S>, headers: &HeaderMap) -> ApiResult<()> {
+    api.auth.admin(headers)?;
+    Ok(())
+}
+
+pub(super) fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatus {
+    let turns = engine.inflight.snapshot();
+    ReplicaStatus {
+        replica: engine.replica.clone(),
+        holder: engine.holder.to_string(),
+        draining: engine.inflight.is_draining(),
+        ready: !engine.inflight.is_draining() && engine.stores_answer(),
+        in_flight: turns.len() as u64,
+        turns,
+        oldest_unshipped_ms: engine.store.oldest_unshipped_ms(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct DrainQuery {
+    #[serde(default)]
+    wait: bool,
+}
+
+pub(super) async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    Query(query): Query<DrainQuery>,
+    headers: HeaderMap,
+) -> ApiResult<(StatusCode, Json<ReplicaStatus>)> {
+    admin(&api, &headers)?;
+    api.engine.start_drain();
+    if query.wait {
+        api.engine.drained().await;
+        return Ok((StatusCode::OK, Json(status(&api.engine))));
+    }
+    Ok((StatusCode::ACCEPTED, Json(status(&api.engine))))
+}
+
+/// kubelet's preStop hook: drain, and answer once no turn runs.
+pub(super) async fn prestop<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<ReplicaStatus>> {
+    admin(&api, &headers)?;
+    api.engine.start_drain();
+    api.engine.drained().await;
+    Ok(Json(status(&api.engine)))
+}
+
+pub(super) async fn get_status<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<ReplicaStatus>> {
+    admin(&api, &headers)?;
+    Ok(Json(status(&api.engine)))
+}
+
+/// Takeover is an operator's act (the rollout, the dashboard): it fences
+/// out whoever holds the session, so it needs an admin token, and names the
+/// tenant in the path since an admin token belongs to no tenant.
+pub(super) async fn post_takeover<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    Path((tenant, session)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Takeover>> {
+    admin(&api, &headers)?;
+    let tenant = TenantId::new(tenant)
+        .map_err(|e| ApiError::bad_request(format!("tenant: {e}")).with("field", "tenant"))?;
+    let session = SessionId::new(session)
+        .map_err(|e| ApiError::bad_request(format!("session id: {e}")).with("field", "session"))?;
+    let key = SessionKey { tenant, session };
+    let revoked = api.engine.store.revoke(&key).await?;
+    tracing::info!(session = %key, revoked = ?revoked, "takeover");
+    Ok(Json(Takeover {
+        tenant: key.tenant.to_string(),
+        session: key.session.to_string(),
+        revoked_owner: revoked,
+    }))
+}
+
+pub(super) async fn readyz<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+) -> ApiResult<&'static str> {
+    if api.engine.inflight.is_draining() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DRAINING",
+            "this replica is draining",
+        ));
+    }
+    if !api.engine.stores_answer() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "STORE_UNAVAILABLE",
+            "the stores did not answer the last heartbeats",
+        ));
+    }
+    if !api.engine.agent.reachable().await {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "AGENT_UNAVAILABLE",
+            "the agent does not accept connections",
+        ));
+    }
+    Ok("ready\n")
+}
+
+pub(super) async fn metrics<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        api.engine.metrics.encode(),
+    )
+}

@@ -1,0 +1,203 @@
+//! Refusals: every error the API answers is a JSON body `{status, error,
+//! ...}` with the outcome in a header, mapped here from the auth, store and
+//! turn errors; and the strict JSON body parser.
+
+use super::*;
+
+/// A refusal: HTTP status, outcome name, message, extra fields.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub outcome: &'static str,
+    pub message: String,
+    /// Fields added to the body (a Vec, not a map: it keeps the error small).
+    pub extra: Vec<(&'static str, Value)>,
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, outcome: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            outcome,
+            message: message.into(),
+            extra: Vec::new(),
+            retry_after: None,
+        }
+    }
+
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
+    }
+
+    pub(super) fn with(mut self, field: &'static str, value: impl Into<Value>) -> Self {
+        self.extra.retain(|(f, _)| *f != field);
+        self.extra.push((field, value.into()));
+        self
+    }
+
+    pub(super) fn field(&self, name: &str) -> Option<&Value> {
+        self.extra.iter().find(|(f, _)| *f == name).map(|(_, v)| v)
+    }
+
+    pub(super) fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self.with("retryAfterMs", after.as_millis() as u64)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = serde_json::Map::new();
+        body.insert("status".into(), self.outcome.into());
+        body.insert("error".into(), self.message.into());
+        body.extend(self.extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        let mut response = (self.status, Json(Value::Object(body))).into_response();
+        // Proxies (the `baton dev` front door) route on the outcome without
+        // parsing the body.
+        response
+            .headers_mut()
+            .insert(OUTCOME_HEADER, HeaderValue::from_static(self.outcome));
+        if let Some(after) = self.retry_after {
+            // Whole seconds, rounded up: 0 would mean "now".
+            let secs = after.as_millis().div_ceil(1000).max(1);
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::BadTenant(_) => Self::bad_request(e.to_string()),
+            AuthError::Missing | AuthError::Unknown => {
+                Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", e.to_string())
+            }
+            AuthError::NotAdmin => Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", e.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let message = e.to_string();
+        match e {
+            StoreError::TooLarge { .. } => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "TOO_LARGE", message)
+            }
+            StoreError::InvalidId(_) => Self::bad_request(message),
+            StoreError::Unavailable(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "STORE_UNAVAILABLE",
+                message,
+            )
+            .retry_after(Duration::from_secs(1)),
+            StoreError::Corrupt(_) => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "CORRUPT", message)
+            }
+        }
+    }
+}
+
+impl From<TurnError> for ApiError {
+    fn from(e: TurnError) -> Self {
+        use crate::agent_client::AgentCallError;
+        use baton_session::workspace::WorkspaceError;
+        let message = e.to_string();
+        let outcome = e.outcome();
+        let status = |code: StatusCode| Self::new(code, outcome, message.clone());
+        let retry_soon = Duration::from_secs(1);
+        match e {
+            TurnError::Busy {
+                owner, retry_after, ..
+            } => status(StatusCode::CONFLICT)
+                .with("owner", owner)
+                .retry_after(retry_after),
+            TurnError::Conflict { current_version } => {
+                status(StatusCode::CONFLICT).with("currentVersion", current_version)
+            }
+            TurnError::LeaseLost => status(StatusCode::CONFLICT),
+            TurnError::Gap { next_turn_seq } => {
+                status(StatusCode::CONFLICT).with("nextTurnSeq", next_turn_seq)
+            }
+            TurnError::TurnSeqReused { turn_seq } => status(StatusCode::UNPROCESSABLE_ENTITY)
+                .with("turnSeq", turn_seq)
+                .with("field", "turnSeq"),
+            TurnError::Stale { last_turn_seq } => {
+                status(StatusCode::CONFLICT).with("lastTurnSeq", last_turn_seq)
+            }
+            TurnError::StateLost { last_version } => {
+                status(StatusCode::SERVICE_UNAVAILABLE).with("lastVersion", last_version)
+            }
+            // Never started here: any replica may take it (the front door does).
+            TurnError::Draining => status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon),
+            // Nothing committed, but the agent ran: the client decides.
+            TurnError::AbortedByDrain => {
+                status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
+            }
+            TurnError::CommitUnknown { turn_seq } => status(StatusCode::SERVICE_UNAVAILABLE)
+                .with("turnSeq", turn_seq)
+                .retry_after(retry_soon),
+            TurnError::Agent(AgentCallError::Timeout(_)) => status(StatusCode::GATEWAY_TIMEOUT),
+            // Not listening: nothing ran, retrying is safe.
+            TurnError::Agent(AgentCallError::Unreachable(_)) => {
+                status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
+            }
+            TurnError::Agent(_)
+            | TurnError::BadAgentState(_)
+            | TurnError::Workspace(WorkspaceError::Refused { .. }) => {
+                status(StatusCode::BAD_GATEWAY)
+            }
+            TurnError::Workspace(
+                WorkspaceError::BadManifest(..)
+                | WorkspaceError::Corrupt { .. }
+                | WorkspaceError::Io(_),
+            ) => status(StatusCode::INTERNAL_SERVER_ERROR),
+            TurnError::Workspace(WorkspaceError::Store(_)) => {
+                status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
+            }
+            TurnError::Store(e) => e.into(),
+        }
+    }
+}
+
+pub(super) type ApiResult<T> = Result<T, ApiError>;
+
+/// Parses a JSON body strictly: 413 when too large, 400 when not JSON,
+/// 422 naming the field when the shape is wrong.
+pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+    let body = body.map_err(|rejection| {
+        let status = rejection.status();
+        let outcome = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "TOO_LARGE"
+        } else {
+            "BAD_REQUEST"
+        };
+        ApiError::new(
+            status,
+            outcome,
+            format!("request body: {}", rejection.body_text()),
+        )
+    })?;
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    let parsed: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_data() {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID",
+                format!("field {path}: {inner}"),
+            )
+            .with("field", path)
+        } else {
+            ApiError::bad_request(format!("request body is not valid JSON: {inner}"))
+        }
+    })?;
+    de.end()
+        .map_err(|e| ApiError::bad_request(format!("request body has trailing data: {e}")))?;
+    Ok(parsed)
+}

@@ -1,0 +1,168 @@
+//! The sidecar's HTTP API: turns (`/v1/sessions/...`, the article's
+//! `/api/chat`), session views, admin (drain, status, takeover), probes and
+//! metrics. Every refusal is a JSON body `{status, error, ...}` naming the
+//! problem; bad input is refused before any store access.
+//!
+//! Here: the router, the shared state and the body limits. The handlers are
+//! in `turns.rs`, `sessions.rs` and `admin.rs` (admin, probes, metrics);
+//! `errors.rs` maps every failure to its refusal and parses bodies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use baton_api::constants::paths;
+use baton_session::{SessionCatalog, SessionId, SessionKey, StoreError, TenantId, TurnStore};
+use baton_views::{FileList, FileView, ReplicaStatus, SessionView, StateView, Takeover};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::auth::{Auth, AuthError};
+use crate::engine::{Engine, TurnAnswer, TurnAsk, TurnError};
+
+mod admin;
+mod errors;
+mod sessions;
+mod turns;
+
+use admin::*;
+use errors::ApiResult;
+pub use errors::{ApiError, parse_body};
+use sessions::*;
+use turns::*;
+pub use turns::{ChatBody, TurnBody, TurnQuery};
+
+/// Longest `?wait=` a client may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+/// Header naming the outcome of every refused request.
+pub const OUTCOME_HEADER: &str = "x-baton-outcome";
+/// Turns listed in a session view.
+const RECENT_TURNS: u32 = 20;
+
+/// Everything the handlers share.
+pub struct Api<S> {
+    pub engine: Arc<Engine<S>>,
+    pub auth: Auth,
+    pub max_body_bytes: usize,
+    pub max_input_bytes: usize,
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such route")
+}
+
+/// Refuses a body whose announced length is over the limit before reading
+/// any of it (the body limit alone would read up to the limit first).
+async fn announced_length(
+    State(limit): State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match announced {
+        Some(length) if length > limit as u64 => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_LARGE",
+            format!("request body: {length} bytes; the limit is {limit}"),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// Every route of the sidecar.
+pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Router {
+    let limit = api.max_body_bytes;
+    Router::new()
+        .route("/v1/sessions/{session}/turns", post(post_turn::<S>))
+        .route("/v1/sessions/{session}", get(get_session::<S>))
+        .route("/v1/sessions/{session}/files", get(list_files::<S>))
+        .route("/v1/sessions/{session}/files/{*name}", get(get_file::<S>))
+        .route("/api/chat", post(post_chat::<S>))
+        .route("/v1/admin/drain", post(post_drain::<S>))
+        .route(paths::PRESTOP, get(prestop::<S>))
+        .route("/v1/admin/status", get(get_status::<S>))
+        .route(
+            "/v1/admin/tenants/{tenant}/sessions/{session}/takeover",
+            post(post_takeover::<S>),
+        )
+        .route(paths::HEALTHZ, get(|| async { "ok\n" }))
+        .route(paths::READYZ, get(readyz::<S>))
+        .route("/metrics", get(metrics::<S>))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            limit,
+            announced_length,
+        ))
+        .with_state(api)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse(body: &[u8]) -> ApiResult<TurnBody> {
+        parse_body(Ok(Bytes::copy_from_slice(body)))
+    }
+
+    #[test]
+    fn bodies_are_parsed_strictly_with_the_field_named() {
+        let ok = parse(br#"{"input":"hi","turnSeq":3}"#).unwrap();
+        assert_eq!((ok.input.as_str(), ok.turn_seq), ("hi", Some(3)));
+        let e = parse(br#"{"input":"hi""#).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let e = parse(br#"{"input":5}"#).unwrap_err();
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(e.message.contains("field input"), "{}", e.message);
+        let e = parse(br#"{"input":"hi","turnSeq":-1}"#).unwrap_err();
+        assert!(e.message.contains("field turnSeq"), "{}", e.message);
+        let e = parse(br#"{"input":"hi","admin":true}"#).unwrap_err();
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(e.message.contains("admin"), "{}", e.message);
+        let e = parse(br#"{"input":"hi"} {"input":"again"}"#).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let e = parse(br#"{}"#).unwrap_err();
+        assert!(e.message.contains("input"), "{}", e.message);
+    }
+
+    proptest! {
+        /// Whatever bytes arrive, the parser answers a body or a 400/422
+        /// with a message — it never panics and never answers 5xx.
+        #[test]
+        fn any_body_gets_a_body_or_a_client_error(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            match parse(&body) {
+                Ok(_) => {}
+                Err(e) => {
+                    prop_assert!(e.status.is_client_error());
+                    prop_assert!(!e.message.is_empty());
+                }
+            }
+        }
+
+        /// JSON-ish bodies built from the real fields and hostile values.
+        #[test]
+        fn json_shaped_bodies_never_panic(
+            input in prop_oneof![Just("\"hi\"".to_string()), Just("null".to_string()), Just("[]".to_string()), Just("1e999".to_string()), "\"[^\"]{0,40}\""],
+            seq in prop_oneof![Just("1".to_string()), Just("-1".to_string()), Just("18446744073709551616".to_string()), Just("\"3\"".to_string()), Just("null".to_string())],
+        ) {
+            let body = format!("{{\"input\":{input},\"turnSeq\":{seq}}}");
+            if let Err(e) = parse(body.as_bytes()) {
+                prop_assert!(e.status.is_client_error());
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Running turns: `POST /v1/sessions/{session}/turns` and the article's
+//! `POST /api/chat`.
+
+use super::*;
+
+/// The body of `POST /v1/sessions/{session}/turns`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TurnBody {
+    pub input: String,
+    #[serde(default)]
+    pub turn_seq: Option<u64>,
+}
+
+/// The body of the article's `POST /api/chat`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChatBody {
+    pub session_id: String,
+    pub input: String,
+    #[serde(default)]
+    pub turn_seq: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct TurnQuery {
+    wait: Option<String>,
+}
+
+impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
+    pub(super) fn key(&self, headers: &HeaderMap, session: &str) -> ApiResult<SessionKey> {
+        let tenant: TenantId = self.auth.tenant(headers)?;
+        let session = SessionId::new(session).map_err(|e| {
+            ApiError::bad_request(format!("session id: {e}")).with("field", "session")
+        })?;
+        Ok(SessionKey { tenant, session })
+    }
+
+    pub(super) fn ask(
+        &self,
+        key: SessionKey,
+        input: String,
+        turn_seq: Option<u64>,
+        query: &TurnQuery,
+    ) -> ApiResult<TurnAsk> {
+        if input.len() > self.max_input_bytes {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "TOO_LARGE",
+                format!(
+                    "field input: {} bytes; the limit is {}",
+                    input.len(),
+                    self.max_input_bytes
+                ),
+            )
+            .with("field", "input"));
+        }
+        if input.trim().is_empty() {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID",
+                "field input: must not be empty",
+            )
+            .with("field", "input"));
+        }
+        if turn_seq == Some(0) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID",
+                "field turnSeq: turns count from 1",
+            )
+            .with("field", "turnSeq"));
+        }
+        let wait = match &query.wait {
+            None => Duration::ZERO,
+            Some(w) => baton_api::validate::parse_duration(w)
+                .ok()
+                .filter(|d| *d <= MAX_WAIT)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "query wait: {w:?} is not a duration between 0s and {}s (e.g. 5s)",
+                        MAX_WAIT.as_secs()
+                    ))
+                    .with("field", "wait")
+                })?,
+        };
+        Ok(TurnAsk {
+            key,
+            input,
+            turn_seq,
+            wait,
+        })
+    }
+}
+
+/// Runs the turn in its own task: axum drops a handler whose client went
+/// away, and a turn cut in half would keep its lease until the TTL.
+pub(super) async fn run_to_completion<S: TurnStore + SessionCatalog + 'static>(
+    engine: &Arc<Engine<S>>,
+    ask: TurnAsk,
+) -> ApiResult<TurnAnswer> {
+    let engine = engine.clone();
+    let turn = tokio::spawn(async move { engine.turn(ask).await });
+    match turn.await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            format!("the turn task failed: {e}"),
+        )),
+    }
+}
+
+/// The answer to a turn, written straight from the turn's fields (built as
+/// a `serde_json::Value`, it cost a dozen allocations per turn).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AnswerBody<'a> {
+    status: &'static str,
+    reply: &'a str,
+    turn_seq: u64,
+    state_version: u64,
+    replica: &'a str,
+    duplicate: bool,
+}
+
+pub(super) fn answer_json(api_replica: &str, a: TurnAnswer) -> Response {
+    Json(AnswerBody {
+        status: if a.duplicate { "DUPLICATE" } else { "OK" },
+        reply: &a.reply,
+        turn_seq: a.turn_seq,
+        state_version: a.version,
+        replica: api_replica,
+        duplicate: a.duplicate,
+    })
+    .into_response()
+}
+
+pub(super) async fn post_turn<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    Path(session): Path<String>,
+    Query(query): Query<TurnQuery>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let key = api.key(&headers, &session)?;
+    let body: TurnBody = parse_body(body)?;
+    let ask = api.ask(key, body.input, body.turn_seq, &query)?;
+    let answer = run_to_completion(&api.engine, ask).await?;
+    Ok(answer_json(&api.engine.replica, answer))
+}
+
+pub(super) async fn post_chat<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    Query(query): Query<TurnQuery>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let body: ChatBody = parse_body(body)?;
+    let key = api.key(&headers, &body.session_id).map_err(|e| {
+        if e.field("field") == Some(&json!("session")) {
+            e.with("field", "sessionId")
+        } else {
+            e
+        }
+    })?;
+    let ask = api.ask(key, body.input, body.turn_seq, &query)?;
+    let answer = run_to_completion(&api.engine, ask).await?;
+    Ok(answer_json(&api.engine.replica, answer))
+}
