@@ -55,11 +55,11 @@ use crate::turn_record::now_ms;
 /// How often the sweeper ships the logs no one else shipped.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// How old an index entry is before the sweeper takes it: the committing
-/// replica's own shipper normally ships it within milliseconds.
+/// replica's own shipper normally ships it within [`SHIP_LINGER`] and a round.
 pub const SWEEP_AFTER: Duration = Duration::from_secs(2);
 /// Wake-ups waiting for a replica's shipper; more are dropped (the sweep
 /// ships them), so a Postgres outage cannot pile them up.
-const WAKE_QUEUE: usize = 4096;
+const WAKE_QUEUE: usize = 16_384;
 /// Index entries one sweep looks at, at most (the rest wait a second).
 const SWEEP_LIMIT: usize = 16 * SESSIONS_PER_ROUND;
 /// After a failed round, the shipper waits this long, doubling up to
@@ -68,10 +68,17 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Records shipped per round trip.
 const SHIP_BATCH: usize = 256;
-/// How long the shipper waits after a commit for more to ship with it.
-const SHIP_LINGER: Duration = Duration::from_millis(20);
-/// Most sessions shipped in one round.
+/// How long the shipper waits after a commit for more to ship with it. A
+/// session's records ship together when they wait in the same round, and
+/// each (session, round) costs a log read, a state read, an ack and a
+/// ledger row: at 20 ms a busy session shipped every turn on its own, and
+/// the turn cost Redis and Postgres about 10 µs more CPU than at 250 ms
+/// (BENCHMARKS.md, issue 13). The ledger lags the commits by this much.
+const SHIP_LINGER: Duration = Duration::from_millis(250);
+/// Most sessions shipped in one round of the sweep.
 const SESSIONS_PER_ROUND: usize = 256;
+/// Most sessions shipped in one woken round: what one linger gathers.
+const WOKEN_SESSIONS_PER_ROUND: usize = 1024;
 /// Sessions the known-index backfill marks per sweep, at most, so that
 /// shipping goes on between its pages.
 const KNOWN_BACKFILL_PER_SWEEP: usize = 20_000;
@@ -483,7 +490,7 @@ impl RedisLedgerStore {
         woken: &mut mpsc::Receiver<SessionKey>,
     ) -> StoreResult<()> {
         let mut keys = BTreeSet::from([first]);
-        while keys.len() < SESSIONS_PER_ROUND {
+        while keys.len() < WOKEN_SESSIONS_PER_ROUND {
             match woken.try_recv() {
                 Ok(key) => keys.insert(key),
                 Err(_) => break,

@@ -13,6 +13,9 @@
 --                                               holder, expiry (ms, Redis
 --                                               clock), its turnSeq; its
 --                                               fence is `fence`
+--   k                                           "1" once a ledgered commit
+--                                               of this state set the
+--                                               session's known marker
 --   run                                         the Redis run (INFO run_id)
 --                                               that vouched for this state:
 --                                               created, restored or checked

@@ -28,7 +28,7 @@
 local function int(n) return string.format('%d', n) end
 local state, log, payload, staged = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local s = redis.call('HMGET', state, 'version', 'fence', 'owner', 'until', 'lseq', 'run')
+local s = redis.call('HMGET', state, 'version', 'fence', 'owner', 'until', 'lseq', 'run', 'k')
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- The lease must be ours, unexpired, for this very turn (a caller cannot
@@ -58,6 +58,11 @@ redis.call('PEXPIRE', state, ARGV[6])
 redis.call('RPUSH', log, ARGV[7])
 redis.call('PEXPIRE', log, ARGV[11])
 -- With a ledger: the ledger may know this session from now on. Written with
--- the record, so any Redis that holds the record holds the marker too.
-if ARGV[12] == 'this-run' then redis.call('SET', KEYS[5], '1') end
+-- the record, so any Redis that holds the record holds the marker too. The
+-- state's `k` field says this state's first commit wrote it already: one
+-- SET per state, not per turn (a restore or an expiry starts a new state).
+if ARGV[12] == 'this-run' and not s[7] then
+  redis.call('SET', KEYS[5], '1')
+  redis.call('HSET', state, 'k', '1')
+end
 return {'COMMITTED', tonumber(ARGV[3])}
