@@ -210,6 +210,17 @@ async fn main() {
         sweeper.sweep_now().await.unwrap();
     })
     .await;
+    // The known-session index (redis/known.rs), which `sweep` maintains
+    // after shipping: marking the 100 sessions the ledger knows for this
+    // Redis run, once, then a check per sweep.
+    let known_backfill = measure(&mut admin, 1, || async {
+        assert!(sweeper.maintain_known_index().await.unwrap());
+    })
+    .await;
+    let known_idle = measure(&mut admin, 20, || async {
+        assert!(sweeper.maintain_known_index().await.unwrap());
+    })
+    .await;
     let list = measure(&mut admin, 20, || async {
         assert_eq!(sweeper.replicas().await.unwrap().len(), 1);
     })
@@ -238,5 +249,10 @@ async fn main() {
     row("after: sweep shipping 100 sessions", &ship);
     row("after: sweep dropping their 100 index entries", &unindex);
     row("after: idle sweep", &idle);
+    row(
+        "after: known-session index, first sweep of a Redis run (100 ledger sessions marked)",
+        &known_backfill,
+    );
+    row("after: known-session index, check per sweep", &known_idle);
     row("after: replica list", &list);
 }
