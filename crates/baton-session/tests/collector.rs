@@ -7,17 +7,20 @@
 #[allow(dead_code)]
 #[path = "contract/cases.rs"]
 mod cases;
+#[allow(dead_code)]
+#[path = "contract/ledgered.rs"]
+mod ledgered;
 
 use std::path::Path;
 use std::time::Duration;
 
 use baton_session::collector::{Collector, CollectorSettings};
-use baton_session::redis_ledger::RedisLedgerStore;
 use baton_session::sqlite::SqliteStore;
 use baton_session::workspace::{Manifest, WorkspaceStore};
 use baton_session::*;
-use baton_testkit::{PostgresServer, RedisServer, wait_until_async};
+use baton_testkit::wait_until_async;
 use cases::{begin_req, commit_req, granted, key, replica};
+use ledgered::Private;
 
 const SETTINGS: CollectorSettings = CollectorSettings {
     interval: Duration::from_secs(3600),
@@ -163,15 +166,9 @@ async fn collects_twice_and_keeps_what_sessions_use<S: TurnStore + WorkspaceRoot
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_and_postgres() {
-    let redis = RedisServer::start();
-    let mut postgres = PostgresServer::start();
-    let database = postgres.create_database("collector");
-    let store = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
-    let view = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
+    let mut servers = Private::start("collector");
+    let store = servers.store().await;
+    let view = servers.store().await;
     let objects = tempfile::tempdir().unwrap();
     let mut collector =
         collects_twice_and_keeps_what_sessions_use(store.clone(), view, objects.path()).await;
@@ -190,7 +187,7 @@ async fn on_redis_and_postgres() {
     let workspaces = WorkspaceStore::local(objects.path()).unwrap();
     let a = replica(&store, "a").await;
     turn_with_notes(&store, &workspaces, &key("one"), &a, "a1\na2\na3\n").await;
-    postgres.stop();
+    servers.postgres.stop();
     let before = count_objects(objects.path());
     for _ in 0..2 {
         assert!(collector.run_once().await.is_err());

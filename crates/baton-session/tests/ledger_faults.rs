@@ -5,6 +5,7 @@
 #[allow(dead_code)]
 #[path = "contract/cases.rs"]
 mod cases;
+#[allow(dead_code)]
 #[path = "contract/ledgered.rs"]
 mod ledgered;
 

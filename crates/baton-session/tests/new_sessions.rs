@@ -11,6 +11,9 @@
 #[allow(dead_code)]
 #[path = "contract/cases.rs"]
 mod cases;
+#[allow(dead_code)]
+#[path = "contract/ledgered.rs"]
+mod ledgered;
 
 use std::time::Duration;
 
@@ -18,19 +21,12 @@ use ::redis::AsyncCommands;
 use baton_session::redis::SessionKeys;
 use baton_session::redis_ledger::RedisLedgerStore;
 use baton_session::*;
-use baton_testkit::{PostgresServer, RedisServer, poll_async, wait_until_async};
+use baton_testkit::{RedisServer, poll_async, wait_until_async};
 use cases::{begin_req, commit_req, granted, key, replica, turn};
+use ledgered::Private;
 
 const WAIT: Duration = Duration::from_secs(60);
 const WATERMARK: &str = "baton:known:complete";
-
-async fn admin(redis: &RedisServer) -> ::redis::aio::MultiplexedConnection {
-    ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
 
 async fn run_id(admin: &mut ::redis::aio::MultiplexedConnection) -> String {
     let info: String = ::redis::cmd("INFO")
@@ -93,17 +89,13 @@ async fn brief_turn(store: &RedisLedgerStore, key: &SessionKey, replica: &Replic
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn during_a_postgres_outage_new_and_existing_sessions_go_on_and_ship_after() {
-    let redis = RedisServer::start();
-    let mut postgres = PostgresServer::start();
-    let database = postgres.create_database("outage");
-    let store = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
-    let mut admin = admin(&redis).await;
+    let mut servers = Private::start("outage");
+    let store = servers.store().await;
+    let mut admin = servers.admin().await;
     let a = replica(&store, "a").await;
     turn(&store, &key("old"), &a, "t1").await;
     brief_turn(&store, &key("brief"), &a).await;
-    wait_for_a_complete_index(&redis).await;
+    wait_for_a_complete_index(&servers.redis).await;
     let brief_state = SessionKeys::new(&key("brief")).state;
     wait_until_async(WAIT, "the brief session's state to expire", || {
         let mut admin = admin.clone();
@@ -112,7 +104,7 @@ async fn during_a_postgres_outage_new_and_existing_sessions_go_on_and_ship_after
     })
     .await;
 
-    postgres.stop();
+    servers.postgres.stop();
     let fresh = 20;
     for i in 0..fresh {
         let version = turn(&store, &key(&format!("new-{i}")), &a, "t1").await;
@@ -128,7 +120,7 @@ async fn during_a_postgres_outage_new_and_existing_sessions_go_on_and_ship_after
     );
     assert!(!admin.exists::<_, bool>(&brief_state).await.unwrap());
 
-    postgres.start_again();
+    servers.postgres.start_again();
     // With the ledger back, restored from its durable copy (this turn asks
     // for a day's state TTL), not restarted as new.
     let (lease, state) = granted(&store, &begin_req(&key("brief"), &a, None)).await;
@@ -140,27 +132,23 @@ async fn during_a_postgres_outage_new_and_existing_sessions_go_on_and_ship_after
         .unwrap();
     let expected = 2 + fresh + 2;
     wait_until_async(WAIT, "every turn shipped to the ledger", || async {
-        shipped_turns(&database).await == Some(expected)
+        shipped_turns(&servers.database).await == Some(expected)
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_redis_restart_new_sessions_ask_the_ledger_until_the_index_is_rebuilt() {
-    let mut redis = RedisServer::start_with(true);
-    let mut postgres = PostgresServer::start();
-    let database = postgres.create_database("restart");
-    let store = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
+    let mut servers = Private::start_with("restart", true);
+    let store = servers.store().await;
     let a = replica(&store, "a").await;
     turn(&store, &key("old"), &a, "t1").await;
-    wait_for_a_complete_index(&redis).await;
+    wait_for_a_complete_index(&servers.redis).await;
 
-    postgres.stop();
+    servers.postgres.stop();
     // A new run: it may have loaded an older dataset than it acknowledged,
     // so the watermark of the run before vouches for nothing.
-    redis.start_again();
+    servers.redis.start_again();
     poll_async(WAIT, "the store to reach the new Redis", || async {
         store.heartbeat(&a, cases::LONG).await.ok()
     })
@@ -170,30 +158,26 @@ async fn after_a_redis_restart_new_sessions_ask_the_ledger_until_the_index_is_re
         is_unavailable(&refused),
         "without a complete index for this run a new session asks the ledger, got {refused:?}"
     );
-    let mut admin = admin(&redis).await;
+    let mut admin = servers.admin().await;
     let fresh_state = SessionKeys::new(&key("fresh")).state;
     assert!(!admin.exists::<_, bool>(&fresh_state).await.unwrap());
 
-    postgres.start_again();
+    servers.postgres.start_again();
     assert_eq!(turn(&store, &key("fresh"), &a, "t1").await, 1);
-    wait_for_a_complete_index(&redis).await;
-    postgres.stop();
+    wait_for_a_complete_index(&servers.redis).await;
+    servers.postgres.stop();
     assert_eq!(turn(&store, &key("fresh-2"), &a, "t1").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_that_may_evict_markers_never_trusts_their_absence() {
-    let redis = RedisServer::start();
-    let mut postgres = PostgresServer::start();
-    let database = postgres.create_database("evict");
-    let store = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
+    let mut servers = Private::start("evict");
+    let store = servers.store().await;
     let a = replica(&store, "a").await;
     turn(&store, &key("old"), &a, "t1").await;
-    wait_for_a_complete_index(&redis).await;
+    wait_for_a_complete_index(&servers.redis).await;
 
-    let mut admin = admin(&redis).await;
+    let mut admin = servers.admin().await;
     let () = ::redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory-policy")
@@ -206,7 +190,7 @@ async fn a_redis_that_may_evict_markers_never_trusts_their_absence() {
         async move { !admin.exists::<_, bool>(WATERMARK).await.unwrap() }
     })
     .await;
-    postgres.stop();
+    servers.postgres.stop();
     let refused = store.begin(&begin_req(&key("fresh"), &a, None)).await;
     assert!(is_unavailable(&refused), "got {refused:?}");
 }
@@ -216,10 +200,8 @@ async fn a_redis_that_may_evict_markers_never_trusts_their_absence() {
 /// and every one whose records wait unshipped, before it trusts absence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_without_markers_are_marked_before_absence_is_trusted() {
-    let redis = RedisServer::start();
-    let mut postgres = PostgresServer::start();
-    let database = postgres.create_database("backfill");
-    let writer = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
+    let mut servers = Private::start("backfill");
+    let writer = RedisLedgerStore::connect_without_shipper(&servers.redis.url(), &servers.database)
         .await
         .unwrap();
     let a = replica(&writer, "a").await;
@@ -230,15 +212,13 @@ async fn sessions_without_markers_are_marked_before_absence_is_trusted() {
     }
     writer.ship_many(&shipped).await.unwrap();
     turn(&writer, &key("unshipped"), &a, "t1").await;
-    let mut admin = admin(&redis).await;
+    let mut admin = servers.admin().await;
     let markers: Vec<String> = admin.keys("baton:{*}:known").await.unwrap();
     assert_eq!(markers.len(), shipped.len() + 1, "every commit marks");
     let _: i64 = admin.del(&markers).await.unwrap();
 
-    let sweeper = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
-    wait_for_a_complete_index(&redis).await;
+    let sweeper = servers.store().await;
+    wait_for_a_complete_index(&servers.redis).await;
     let markers: Vec<String> = admin.keys("baton:{*}:known").await.unwrap();
     assert_eq!(markers.len(), shipped.len() + 1);
 
@@ -246,10 +226,10 @@ async fn sessions_without_markers_are_marked_before_absence_is_trusted() {
     let gone = &shipped[777];
     let keys = SessionKeys::new(gone);
     let _: i64 = admin.del(&[&keys.state, &keys.payload]).await.unwrap();
-    postgres.stop();
+    servers.postgres.stop();
     let refused = sweeper.begin(&begin_req(gone, &a, None)).await;
     assert!(is_unavailable(&refused), "got {refused:?}");
-    postgres.start_again();
+    servers.postgres.start_again();
     // The ledger restores it from its durable copy (or says it was lost):
     // never a new session at version 0.
     match sweeper.begin(&begin_req(gone, &a, None)).await.unwrap() {

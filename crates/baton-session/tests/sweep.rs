@@ -6,6 +6,9 @@
 #[allow(dead_code)]
 #[path = "contract/cases.rs"]
 mod cases;
+#[allow(dead_code)]
+#[path = "contract/ledgered.rs"]
+mod ledgered;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,8 +16,9 @@ use std::time::Duration;
 use baton_session::redis::UNSHIPPED_INDEX;
 use baton_session::redis_ledger::{RedisLedgerStore, SWEEP_AFTER};
 use baton_session::*;
-use baton_testkit::{PostgresServer, RedisServer, wait_until_async};
+use baton_testkit::wait_until_async;
 use cases::{key, replica, turn};
+use ledgered::Private;
 
 async fn calls(admin: &mut ::redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
     baton_testkit::redis_command_calls(admin).await
@@ -22,14 +26,6 @@ async fn calls(admin: &mut ::redis::aio::MultiplexedConnection) -> HashMap<Strin
 
 fn total(calls: &HashMap<String, u64>) -> u64 {
     calls.values().sum()
-}
-
-async fn admin(redis: &RedisServer) -> ::redis::aio::MultiplexedConnection {
-    ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 /// 200,000 keys that are not Baton's, in pipelines of MSETs.
@@ -46,22 +42,21 @@ async fn fill(admin: &mut ::redis::aio::MultiplexedConnection, keys: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_and_the_replica_list_walk_no_keyspace() {
-    let redis = RedisServer::start();
-    let postgres = PostgresServer::start();
-    let database = postgres.create_database("sweep");
-    let mut admin = admin(&redis).await;
+    let servers = Private::start("sweep");
+    let mut admin = servers.admin().await;
     fill(&mut admin, 200_000).await;
     // Commits from a replica whose shipper never ran (killed at once).
-    let writer = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
+    let writer = RedisLedgerStore::connect_without_shipper(&servers.redis.url(), &servers.database)
         .await
         .unwrap();
     let a = replica(&writer, "a").await;
     for s in ["one", "two", "three"] {
         turn(&writer, &key(s), &a, "t1").await;
     }
-    let sweeper = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
-        .await
-        .unwrap();
+    let sweeper =
+        RedisLedgerStore::connect_without_shipper(&servers.redis.url(), &servers.database)
+            .await
+            .unwrap();
     // The first sweep indexes what predates the index: the one SCAN.
     sweeper.sweep_now().await.unwrap();
     let before = calls(&mut admin).await;
@@ -112,14 +107,12 @@ async fn the_sweep_and_the_replica_list_walk_no_keyspace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_sweeper_at_a_time() {
-    let redis = RedisServer::start();
-    let postgres = PostgresServer::start();
-    let database = postgres.create_database("sweepers");
-    let mut admin = admin(&redis).await;
-    let a = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
+    let servers = Private::start("sweepers");
+    let mut admin = servers.admin().await;
+    let a = RedisLedgerStore::connect_without_shipper(&servers.redis.url(), &servers.database)
         .await
         .unwrap();
-    let b = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
+    let b = RedisLedgerStore::connect_without_shipper(&servers.redis.url(), &servers.database)
         .await
         .unwrap();
     assert_ne!(a.shipper_id(), b.shipper_id());
@@ -167,12 +160,8 @@ async fn one_sweeper_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_shipper_leaves_its_records_to_the_sweep() {
-    let redis = RedisServer::start();
-    let postgres = PostgresServer::start();
-    let database = postgres.create_database("stopped");
-    let leaving = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
+    let servers = Private::start("stopped");
+    let leaving = servers.store().await;
     let a = replica(&leaving, "a").await;
     turn(&leaving, &key("before"), &a, "t1").await;
     wait_until_async(Duration::from_secs(10), "the woken shipper", || async {
@@ -184,7 +173,7 @@ async fn a_stopped_shipper_leaves_its_records_to_the_sweep() {
         .await
         .expect("the shipper stops");
     turn(&leaving, &key("after"), &a, "t1").await;
-    let other = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
+    let other = RedisLedgerStore::connect_without_shipper(&servers.redis.url(), &servers.database)
         .await
         .unwrap();
     wait_until_async(SWEEP_AFTER * 5, "another replica's sweep", || async {
@@ -199,12 +188,8 @@ async fn a_stopped_shipper_leaves_its_records_to_the_sweep() {
 /// back, the sweep ships every record, dropped wake-ups included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_drops_wake_ups_and_the_sweep_ships_them_later() {
-    let redis = RedisServer::start();
-    let mut postgres = PostgresServer::start();
-    let database = postgres.create_database("outage");
-    let store = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
+    let mut servers = Private::start("outage");
+    let store = servers.store().await;
     let a = replica(&store, "a").await;
     // More sessions than the wake-up queue holds; each starts while the
     // ledger answers (a new session asks it whether it is new).
@@ -212,13 +197,13 @@ async fn a_postgres_outage_drops_wake_ups_and_the_sweep_ships_them_later() {
     for i in 0..sessions {
         turn(&store, &key(&format!("s{i}")), &a, "t1").await;
     }
-    postgres.stop();
+    servers.postgres.stop();
     for i in 0..sessions {
         turn(&store, &key(&format!("s{i}")), &a, "t2").await;
     }
-    postgres.start_again();
+    servers.postgres.start_again();
     wait_until_async(Duration::from_secs(60), "every record shipped", || async {
-        let Ok(pool) = sqlx::PgPool::connect(&database).await else {
+        let Ok(pool) = sqlx::PgPool::connect(&servers.database).await else {
             return false;
         };
         let shipped: Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM turns")
@@ -236,12 +221,8 @@ async fn a_postgres_outage_drops_wake_ups_and_the_sweep_ships_them_later() {
 /// later commits, and nothing again once they shipped after it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_says_since_when_its_commits_wait_for_the_ledger() {
-    let redis = RedisServer::start();
-    let mut postgres = PostgresServer::start();
-    let database = postgres.create_database("oldest");
-    let store = RedisLedgerStore::connect(&redis.url(), &database)
-        .await
-        .unwrap();
+    let mut servers = Private::start("oldest");
+    let store = servers.store().await;
     let a = replica(&store, "a").await;
     turn(&store, &key("one"), &a, "t1").await;
     let wait = Duration::from_secs(30);
@@ -250,7 +231,7 @@ async fn a_replica_says_since_when_its_commits_wait_for_the_ledger() {
     })
     .await;
 
-    postgres.stop();
+    servers.postgres.stop();
     let before = turn_record::now_ms();
     turn(&store, &key("one"), &a, "t2").await;
     let oldest = store.oldest_unshipped_ms().expect("a commit waits");
@@ -270,7 +251,7 @@ async fn a_replica_says_since_when_its_commits_wait_for_the_ledger() {
     let view = replicas.iter().find(|r| r.id == "a").unwrap();
     assert_eq!(view.info.oldest_unshipped_ms, Some(oldest));
 
-    postgres.start_again();
+    servers.postgres.start_again();
     wait_until_async(wait, "the waiting commits shipped", || async {
         store.oldest_unshipped_ms().is_none()
     })

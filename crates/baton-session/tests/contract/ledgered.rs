@@ -21,3 +21,46 @@ pub async fn store() -> (RedisServer, baton_session::redis_ledger::RedisLedgerSt
         .unwrap();
     (redis, store)
 }
+
+/// Private Redis and Postgres servers, which a test may stop, restart or
+/// reconfigure, with one database for the ledger.
+pub struct Private {
+    pub redis: RedisServer,
+    pub postgres: PostgresServer,
+    pub database: String,
+}
+
+impl Private {
+    pub fn start(database: &str) -> Self {
+        Self::start_with(database, false)
+    }
+
+    /// With Redis persisting to an append-only file (`appendonly`), so
+    /// that a restart loads what it had.
+    pub fn start_with(database: &str, appendonly: bool) -> Self {
+        let redis = RedisServer::start_with(appendonly);
+        let postgres = PostgresServer::start();
+        let database = postgres.create_database(database);
+        Self {
+            redis,
+            postgres,
+            database,
+        }
+    }
+
+    /// A replica's store on them, its shipper running.
+    pub async fn store(&self) -> baton_session::redis_ledger::RedisLedgerStore {
+        baton_session::redis_ledger::RedisLedgerStore::connect(&self.redis.url(), &self.database)
+            .await
+            .unwrap()
+    }
+
+    /// A connection for the test itself (CONFIG, INFO, reading keys).
+    pub async fn admin(&self) -> ::redis::aio::MultiplexedConnection {
+        ::redis::Client::open(self.redis.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+}

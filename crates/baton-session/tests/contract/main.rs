@@ -4,6 +4,7 @@
 //! per test).
 
 mod cases;
+#[allow(dead_code)]
 mod ledgered;
 
 macro_rules! contract_suite {
