@@ -404,3 +404,87 @@ fn the_reference_agent_serves_the_agent_contract() {
         text(&out.stderr)
     );
 }
+
+/// `baton dashboard` over the embedded store: the sessions page lists what
+/// was committed; missing or half-given stores are refused naming the
+/// setting.
+#[test]
+fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use baton_session::*;
+        let store = sqlite::SqliteStore::open(&db).await.unwrap();
+        let replica = ReplicaId::new("replica-0").unwrap();
+        store
+            .heartbeat(&replica, std::time::Duration::from_secs(60))
+            .await
+            .unwrap();
+        let begin = BeginRequest {
+            key: SessionKey::new("acme", "lin@example.com").unwrap(),
+            replica,
+            turn_seq: None,
+            cached_version: None,
+            lease_ttl: std::time::Duration::from_secs(30),
+            state_ttl: std::time::Duration::from_secs(3600),
+            reclaim_own_lease: false,
+            input_digest: None,
+        };
+        let BeginOutcome::Granted { lease, .. } = store.begin(&begin).await.unwrap() else {
+            panic!("not granted")
+        };
+        let commit = CommitRequest {
+            expected_version: lease.version,
+            lease,
+            payload: bytes::Bytes::from_static(b"{}"),
+            workspace: None,
+            reply: bytes::Bytes::from_static(b"ok"),
+            state_ttl: std::time::Duration::from_secs(3600),
+            started_at_ms: 1,
+            input_digest: "in".into(),
+        };
+        store.commit(&commit).await.unwrap();
+    });
+
+    let mut dashboard = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--sqlite-path"])
+        .arg(&db)
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(dashboard.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let address = first
+        .trim()
+        .strip_prefix("baton dashboard listening on http://")
+        .expect(&first)
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "GET /?tenant=acme HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let _ = dashboard.kill();
+    let _ = dashboard.wait();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("lin@example.com"), "{response}");
+
+    let missing = baton(&["dashboard", "--sqlite-path", "/nonexistent/baton.db"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("BATON_SQLITE_PATH"));
+    let half = baton(&["dashboard", "--redis-url", "redis://127.0.0.1:1/"]);
+    assert_eq!(half.status.code(), Some(1));
+    assert!(
+        text(&half.stderr).contains("BATON_REDIS_URL and BATON_DATABASE_URL"),
+        "{}",
+        text(&half.stderr)
+    );
+}

@@ -78,6 +78,9 @@ enum Command {
     /// Run the Kubernetes operator (reconciles AgentDeployments), or print
     /// its RBAC with `baton operator rbac`.
     Operator(Box<baton_operator::OperatorArgs>),
+    /// Serve the control-plane dashboard (sessions, leases, turns) over a
+    /// deployment's stores, or `baton dev`'s embedded one.
+    Dashboard(Box<baton_web::server::DashboardArgs>),
     /// Load-test a Baton URL (or an agent directly) and report turns/s,
     /// latency and outcomes; `--verify` checks no turn was lost or repeated.
     Bench(Box<baton_loadgen::BenchArgs>),
@@ -125,6 +128,11 @@ fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|runtime| runtime.block_on(baton_sidecar::run(*args))),
+        Command::Dashboard(args) => block_on(async move {
+            baton_web::server::run(*args)
+                .await
+                .map_err(anyhow::Error::msg)
+        }),
         Command::Dev(args) => std::env::current_exe()
             .context("finding the baton binary to start replicas with")
             .and_then(|exe| block_on(baton_dev::run(*args, exe))),
