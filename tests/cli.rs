@@ -462,12 +462,13 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
     let address = first
         .trim()
         .strip_prefix("baton dashboard listening on http://")
+        .and_then(|rest| rest.strip_suffix("/dashboard"))
         .expect(&first)
         .to_owned();
     let mut stream = std::net::TcpStream::connect(&address).unwrap();
     write!(
         stream,
-        "GET /?tenant=acme HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        "GET /dashboard?tenant=acme HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
@@ -476,6 +477,21 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
     let _ = dashboard.wait();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("lin@example.com"), "{response}");
+    // Open on loopback only: elsewhere it needs a tokens file.
+    let db_path = db.to_str().unwrap();
+    let exposed = baton(&[
+        "dashboard",
+        "--listen",
+        "0.0.0.0:0",
+        "--sqlite-path",
+        db_path,
+    ]);
+    assert_eq!(exposed.status.code(), Some(1));
+    assert!(
+        text(&exposed.stderr).contains("BATON_DASHBOARD_TOKENS_FILE"),
+        "{}",
+        text(&exposed.stderr)
+    );
 
     let missing = baton(&["dashboard", "--sqlite-path", "/nonexistent/baton.db"]);
     assert_eq!(missing.status.code(), Some(1));

@@ -1,34 +1,46 @@
 //! The control-plane dashboard, in Leptos: the pages are rendered on the
-//! server (feature `ssr`: [`server::router`], mounted by `baton dashboard`)
-//! so they read without JavaScript, and the same components hydrate in the
-//! browser (feature `hydrate`, built for wasm32) for live updates.
+//! server (feature `ssr`: [`server::router`], mounted by `baton dashboard`
+//! and `baton dev`) so they read without JavaScript, and the same
+//! components hydrate in the browser (feature `hydrate`, built for wasm32
+//! by `build.rs` and embedded in the server) to follow live updates.
 //!
-//! Data comes from server functions over a [`server::Catalog`], the
-//! read-only view of the stores (`baton-session`'s `SessionCatalog`); the
-//! types on the wire are `baton-views`', which compile to wasm.
+//! - [`pages`]: the sessions table, a session, the replicas, the audit log,
+//!   sign-in and the confirmation of actions;
+//! - [`model`]: what the server sends a page; [`format`]: how times, sizes
+//!   and paths are written;
+//! - [`server`]: data from the stores and the sidecars, sign-in, actions,
+//!   live updates (server-sent events), the bundle.
 //!
-//! Status: the sessions page, server-rendered, with its filters. The wasm
-//! build, live updates, the session and replica pages, actions and sign-in
-//! are issue 14's next steps.
+//! Every path lives under `/dashboard`, so the dashboard can share a
+//! listener with the agent's API (`baton dev`'s front door).
 
-use baton_views::SessionPage;
-use leptos::prelude::*;
-use leptos_meta::{MetaTags, Title, provide_meta_context};
-use leptos_router::components::{Route, Router, Routes};
-use leptos_router::hooks::use_query_map;
-use leptos_router::path;
-
+pub mod format;
+pub mod model;
+pub mod pages;
 #[cfg(feature = "ssr")]
 pub mod server;
 
-/// The page around the app.
-pub fn shell() -> impl IntoView {
+use leptos::prelude::*;
+#[cfg(feature = "ssr")]
+use leptos_meta::MetaTags;
+use leptos_meta::{Title, provide_meta_context};
+use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::path;
+
+use crate::model::Viewer;
+
+/// The page around the app, rendered on the server.
+#[cfg(feature = "ssr")]
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    let hydrates = server::assets::HYDRATES;
     view! {
         <!DOCTYPE html>
         <html lang="en">
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <meta name="color-scheme" content="light dark"/>
+                {hydrates.then(|| view! { <HydrationScripts options/> })}
                 <MetaTags/>
                 <style>{STYLE}</style>
             </head>
@@ -39,115 +51,70 @@ pub fn shell() -> impl IntoView {
     }
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem}\
-table{border-collapse:collapse}td,th{padding:.25rem .75rem;text-align:left;border-bottom:1px solid #ddd}\
-th{font-weight:600}.error{color:#b00020}form{margin:1rem 0}";
+#[cfg(feature = "ssr")]
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:0;font-size:14px}\
+header{display:flex;gap:1.25rem;align-items:center;padding:.6rem 1.5rem;border-bottom:1px solid #8884}\
+header .who{margin-left:auto;display:flex;gap:.5rem;align-items:center}\
+main{padding:0 1.5rem 2rem}\
+table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .7rem;text-align:left;border-bottom:1px solid #8883;vertical-align:top}\
+th{font-weight:600}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}\
+.error,.failed{color:#c62828}.warning{color:#a15c00}.ok{color:#2e7d32}.muted{color:#888}\
+.leased{font-weight:600}.free{color:#888}\
+form.filters{display:flex;gap:.75rem;align-items:end;flex-wrap:wrap;margin:1rem 0}\
+form.filters label{display:flex;flex-direction:column;font-size:12px}\
+.banner{padding:.5rem .75rem;border-radius:4px;background:#8881;margin:.75rem 0}\
+pre{background:#8881;padding:.5rem;overflow:auto;max-height:24rem;white-space:pre-wrap}\
+button.danger{color:#fff;background:#c62828;border:0;padding:.35rem .8rem;border-radius:3px}\
+svg.timeline text{font-size:11px;fill:currentColor}";
 
+/// The app: one route per page, all under `/dashboard`.
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
     view! {
         <Title text="Baton"/>
         <Router>
-            <main>
-                <Routes fallback=|| view! { <p>"No such page."</p> }>
-                    <Route path=path!("/") view=SessionsPage/>
-                </Routes>
-            </main>
+            <Routes fallback=|| view! { <main><p>"No such page."</p></main> }>
+                <Route path=path!("/dashboard") view=pages::sessions::SessionsPage/>
+                <Route path=path!("/dashboard/signin") view=pages::signin::SignInPage/>
+                <Route
+                    path=path!("/dashboard/sessions/:tenant/:session")
+                    view=pages::session::SessionPage
+                />
+                <Route path=path!("/dashboard/replicas") view=pages::replicas::ReplicasPage/>
+                <Route path=path!("/dashboard/audit") view=pages::audit::AuditPage/>
+                <Route path=path!("/dashboard/confirm") view=pages::confirm::ConfirmPage/>
+            </Routes>
         </Router>
     }
 }
 
-/// One page of sessions in (tenant, session) order, filtered by tenant and
-/// session id prefix.
-#[server]
-pub async fn list_sessions(
-    tenant: Option<String>,
-    prefix: Option<String>,
-) -> Result<SessionPage, ServerFnError> {
-    let catalog = use_context::<server::SharedCatalog>()
-        .ok_or_else(|| ServerFnError::new("the dashboard has no store"))?;
-    catalog
-        .sessions(tenant.as_deref(), prefix.as_deref())
-        .await
-        .map_err(ServerFnError::new)
-}
-
-/// A query parameter, `None` when absent or empty.
-fn non_empty(value: Option<String>) -> Option<String> {
-    value.filter(|v| !v.is_empty())
-}
-
+/// The bar on every signed-in page: where to go, who is looking.
 #[component]
-fn SessionsPage() -> impl IntoView {
-    let query = use_query_map();
-    let filters = move || {
-        let query = query.read();
-        (
-            non_empty(query.get("tenant")),
-            non_empty(query.get("prefix")),
-        )
-    };
-    let sessions = Resource::new(filters, |(tenant, prefix)| list_sessions(tenant, prefix));
+pub fn Header(viewer: Viewer) -> impl IntoView {
+    let role = viewer.role.as_str();
     view! {
-        <h1>"Sessions"</h1>
-        <form method="get" action="/">
-            <label>"tenant " <input name="tenant" value=move || filters().0.unwrap_or_default()/></label>
-            " "
-            <label>"session id starts with " <input name="prefix" value=move || filters().1.unwrap_or_default()/></label>
-            " "
-            <button type="submit">"Filter"</button>
-        </form>
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match sessions.await {
-                    Ok(page) => view! { <SessionTable page/> }.into_any(),
-                    Err(e) => view! { <p class="error">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Suspense>
+        <header>
+            <strong>"Baton"</strong>
+            <A href="/dashboard">"Sessions"</A>
+            <A href="/dashboard/replicas">"Replicas"</A>
+            <A href="/dashboard/audit">"Audit"</A>
+            <span class="who">
+                <span id="viewer">{viewer.name.clone()} " (" {role} ")"</span>
+                {(!viewer.open).then(|| view! {
+                    <form method="post" action="/dashboard/signout">
+                        <button type="submit">"Sign out"</button>
+                    </form>
+                })}
+            </span>
+        </header>
+        {viewer.open.then(|| view! {
+            <p class="banner" id="open-mode">
+                "Open dashboard: anyone who reaches this loopback address acts as an operator. "
+                "Give it a tokens file (--tokens-file, or --dashboard-tokens-file for baton dev) to require sign-in."
+            </p>
+        })}
     }
-}
-
-/// The sessions of one page as a table; text is escaped by the renderer.
-#[component]
-pub fn SessionTable(page: SessionPage) -> impl IntoView {
-    if page.sessions.is_empty() {
-        return view! { <p id="no-sessions">"No sessions."</p> }.into_any();
-    }
-    view! {
-        <table id="sessions">
-            <thead>
-                <tr>
-                    <th>"tenant"</th>
-                    <th>"session"</th>
-                    <th>"version"</th>
-                    <th>"last replica"</th>
-                    <th>"turns"</th>
-                    <th>"last turn (Unix ms)"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {page
-                    .sessions
-                    .into_iter()
-                    .map(|s| {
-                        view! {
-                            <tr class="session">
-                                <td class="tenant">{s.tenant}</td>
-                                <td class="id">{s.session}</td>
-                                <td class="version">{s.version}</td>
-                                <td class="replica">{s.last_replica.unwrap_or_default()}</td>
-                                <td class="turns">{s.turn_count}</td>
-                                <td class="at">{s.last_turn_at_ms}</td>
-                            </tr>
-                        }
-                    })
-                    .collect_view()}
-            </tbody>
-        </table>
-    }
-    .into_any()
 }
 
 /// The browser's entry point: takes over the server-rendered page.

@@ -76,6 +76,13 @@ pub struct DevArgs {
     #[arg(long, default_value = "250ms", value_parser = duration)]
     pub heartbeat_interval: Duration,
 
+    /// Who may sign in to the dashboard (`/dashboard`): a YAML list of
+    /// `{name, role: viewer|operator, token}`. Without it the dashboard is
+    /// open to everyone as an operator, which `baton dev` allows only on
+    /// a loopback `--listen`.
+    #[arg(long, env = "BATON_DASHBOARD_TOKENS_FILE")]
+    pub dashboard_tokens_file: Option<PathBuf>,
+
     /// Extra time every turn of the reference agent takes, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub agent_delay_ms: u64,

@@ -65,13 +65,9 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("data dir {}", args.data_dir.display()))?;
     let embedded = args.redis_url.is_none();
-    if embedded {
-        // Migrate once here, before several replica processes open it.
-        let db = args.data_dir.join("baton.db");
-        baton_session::sqlite::SqliteStore::open(&db)
-            .await
-            .with_context(|| format!("embedded store {}", db.display()))?;
-    }
+    // Before the replicas start: it migrates the embedded store once,
+    // before several replica processes open it.
+    let dashboard = dashboard(&args).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("front door on {}", args.listen))?;
@@ -110,6 +106,7 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
         .route("/v1/dev/replicas", get(list_replicas))
         .route("/v1/dev/rollout", post(post_rollout))
         .with_state(dev.clone())
+        .merge(baton_web::server::router(dashboard))
         .fallback_service(
             Router::new()
                 .fallback(front_door::forward)
@@ -165,9 +162,60 @@ fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], e
         println!("  {:<12} {} (agent {})", slot.id, s.url, s.agent_url);
     }
     println!("  replicas     http://{front}/v1/dev/replicas");
+    let access = if args.dashboard_tokens_file.is_some() {
+        "sign in with a token of --dashboard-tokens-file"
+    } else {
+        "open on this machine, as an operator"
+    };
+    println!("  dashboard    http://{front}/dashboard ({access})");
     println!(
         "try: curl -s http://{front}/api/chat -d '{{\"sessionId\":\"s-1\",\"input\":\"my name is Lin\"}}'"
     );
+}
+
+/// The dashboard on the front door: over the same stores as the replicas,
+/// its audit log in the data directory.
+async fn dashboard(args: &DevArgs) -> anyhow::Result<Arc<baton_web::server::Dashboard>> {
+    use baton_web::server::{Audit, Catalog, Dashboard, Sidecars, auth_for};
+    let catalog: Arc<dyn Catalog> = match (&args.redis_url, &args.database_url) {
+        (Some(redis), Some(database)) => Arc::new(
+            baton_session::catalog::RedisCatalog::connect(redis, database)
+                .await
+                .context("the dashboard's Redis and Postgres")?,
+        ),
+        _ => {
+            let db = args.data_dir.join("baton.db");
+            Arc::new(
+                baton_session::sqlite::SqliteStore::open(&db)
+                    .await
+                    .with_context(|| format!("embedded store {}", db.display()))?,
+            )
+        }
+    };
+    let workspaces = match &args.s3_endpoint {
+        Some(endpoint) => {
+            baton_session::workspace::WorkspaceStore::s3(&baton_session::workspace::S3Config {
+                endpoint: endpoint.clone(),
+                bucket: args.s3_bucket.clone(),
+                region: args.s3_region.clone(),
+                access_key_id: args.s3_access_key_id.clone(),
+                secret_access_key: args.s3_secret_access_key.clone(),
+                force_path_style: true,
+            })
+        }
+        None => baton_session::workspace::WorkspaceStore::local(&args.data_dir.join("objects")),
+    }
+    .context("the dashboard's workspace store")?;
+    Ok(Arc::new(Dashboard {
+        catalog,
+        workspaces: Some(workspaces),
+        // The replicas' admin API is open: `baton dev` gives them no tokens.
+        sidecars: Sidecars::new(None),
+        auth: auth_for(args.dashboard_tokens_file.as_deref(), args.listen)
+            .map_err(anyhow::Error::msg)?,
+        audit: Audit::at(args.data_dir.join("dashboard-audit.jsonl"))
+            .map_err(anyhow::Error::msg)?,
+    }))
 }
 
 async fn shutdown_signal() -> std::io::Result<()> {

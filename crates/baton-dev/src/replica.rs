@@ -128,6 +128,10 @@ impl ReplicaSlot {
             .arg("sidecar")
             .arg(format!("--replica-id={}", self.id))
             .arg(format!("--listen=127.0.0.1:{}", self.sidecar_port))
+            .arg(format!(
+                "--advertise-url=http://127.0.0.1:{}",
+                self.sidecar_port
+            ))
             .arg(format!("--agent-url=http://127.0.0.1:{}", self.agent_port))
             .arg("--workspace-dir")
             .arg(self.workspace_dir(args))

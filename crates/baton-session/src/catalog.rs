@@ -34,17 +34,6 @@ impl RedisCatalog {
             ledger: PostgresLedger::connect_reader_in(database_url, namespace).await?,
         })
     }
-
-    /// The live view of one session (version, fence, lease), `None` when
-    /// Redis has no state for it.
-    pub async fn session(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
-        self.redis.session(key).await
-    }
-
-    /// Its committed state (version, payload, workspace).
-    pub async fn read_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
-        self.redis.read_state(key).await
-    }
 }
 
 impl SessionCatalog for RedisCatalog {
@@ -58,5 +47,14 @@ impl SessionCatalog for RedisCatalog {
 
     async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {
         self.redis.replicas().await
+    }
+
+    /// From Redis: the ledger may lag behind it.
+    async fn inspect(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
+        self.redis.session(key).await
+    }
+
+    async fn inspect_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
+        self.redis.read_state(key).await
     }
 }

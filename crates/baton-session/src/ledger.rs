@@ -355,6 +355,7 @@ impl PostgresLedger {
              WHERE ($1::text IS NULL OR tenant = $1)
                AND ($2::text IS NULL OR starts_with(session, $2))
                AND ($3::text IS NULL OR (tenant, session) > ($3, $4))
+               AND ($6::text IS NULL OR starts_with(last_replica, $6))
              ORDER BY tenant, session LIMIT $5",
         )
         .bind(query.tenant.as_ref().map(|t| t.as_str()))
@@ -362,6 +363,7 @@ impl PostgresLedger {
         .bind(query.after.as_ref().map(|k| k.tenant.as_str()))
         .bind(query.after.as_ref().map(|k| k.session.as_str()))
         .bind(i64::from(limit) + 1)
+        .bind(query.replica.as_deref())
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;

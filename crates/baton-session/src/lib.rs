@@ -8,6 +8,8 @@
 #![forbid(unsafe_code)]
 
 pub mod catalog;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod collector;
 pub mod id_encoding;
 pub mod ids;

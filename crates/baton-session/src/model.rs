@@ -246,6 +246,9 @@ pub struct ListQuery {
     pub tenant: Option<crate::ids::TenantId>,
     /// Only sessions whose id starts with this.
     pub prefix: Option<String>,
+    /// Only sessions whose last turn ran on a holder whose id starts with
+    /// this (a replica's name: holders are `<replica>-<suffix>`).
+    pub replica: Option<String>,
     /// Keyset pagination: the last key of the previous page.
     pub after: Option<SessionKey>,
     /// 1..=[`MAX_PAGE`]; larger values are clamped.

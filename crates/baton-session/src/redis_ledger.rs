@@ -345,10 +345,9 @@ impl RedisLedgerStore {
                     let page = self
                         .ledger
                         .list_sessions(&ListQuery {
-                            tenant: None,
-                            prefix: None,
                             after: after.take(),
                             limit: MAX_PAGE,
+                            ..ListQuery::default()
                         })
                         .await?;
                     let keys: Vec<SessionKey> = page.sessions.into_iter().map(|s| s.key).collect();
@@ -751,5 +750,13 @@ impl SessionCatalog for RedisLedgerStore {
 
     async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {
         self.redis.replicas().await
+    }
+
+    async fn inspect(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
+        self.redis.session(key).await
+    }
+
+    async fn inspect_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
+        self.redis.read_state(key).await
     }
 }

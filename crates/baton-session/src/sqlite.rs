@@ -586,6 +586,7 @@ impl SessionCatalog for SqliteStore {
              WHERE (?1 IS NULL OR tenant = ?1)
                AND (?2 IS NULL OR substr(session, 1, length(?2)) = ?2)
                AND (?3 IS NULL OR (tenant, session) > (?3, ?4))
+               AND (?6 IS NULL OR substr(last_replica, 1, length(?6)) = ?6)
              ORDER BY tenant, session LIMIT ?5",
         )
         .bind(query.tenant.as_ref().map(|t| t.as_str()))
@@ -593,6 +594,7 @@ impl SessionCatalog for SqliteStore {
         .bind(query.after.as_ref().map(|k| k.tenant.as_str()))
         .bind(query.after.as_ref().map(|k| k.session.as_str()))
         .bind(i64::from(limit) + 1)
+        .bind(query.replica.as_deref())
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
@@ -614,6 +616,14 @@ impl SessionCatalog for SqliteStore {
         .await
         .map_err(db_error)?;
         rows.iter().map(turn_record).collect()
+    }
+
+    async fn inspect(&self, key: &SessionKey) -> StoreResult<Option<SessionView>> {
+        TurnStore::session(self, key).await
+    }
+
+    async fn inspect_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
+        TurnStore::read_state(self, key).await
     }
 
     async fn replicas(&self) -> StoreResult<Vec<ReplicaView>> {

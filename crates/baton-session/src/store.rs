@@ -142,6 +142,19 @@ pub trait SessionCatalog: Send + Sync {
 
     /// Replicas whose heartbeat is current.
     fn replicas(&self) -> impl Future<Output = StoreResult<Vec<ReplicaView>>> + Send;
+
+    /// The live view of one session (version, fence, lease; no turns),
+    /// `None` if it has no state.
+    fn inspect(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = StoreResult<Option<SessionView>>> + Send;
+
+    /// Its committed state (version, payload, workspace), `None` if none.
+    fn inspect_state(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = StoreResult<Option<crate::model::CommittedState>>> + Send;
 }
 
 /// The page size to use for `limit`: at least 1, at most [`crate::model::MAX_PAGE`].

@@ -86,11 +86,11 @@ async fn the_catalog_reads_and_never_ships_or_writes() {
         ["one", "two"]
     );
     assert_eq!(reader.turns(&key("one"), 10).await.unwrap().len(), 2);
-    let view = reader.session(&key("two")).await.unwrap().unwrap();
+    let view = reader.inspect(&key("two")).await.unwrap().unwrap();
     assert_eq!(view.version, 2);
     assert_eq!(
         reader
-            .read_state(&key("two"))
+            .inspect_state(&key("two"))
             .await
             .unwrap()
             .unwrap()

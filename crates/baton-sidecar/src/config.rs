@@ -23,6 +23,13 @@ pub struct SidecarArgs {
     #[arg(long, env = env::LISTEN, default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
 
+    /// The URL at which others reach this sidecar's API (under Kubernetes
+    /// `http://$(POD_IP):<port>`), said with every heartbeat: the
+    /// dashboard drains the replica there. Unset: the dashboard cannot
+    /// drain it.
+    #[arg(long, env = "BATON_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+
     /// Base URL of the agent (the contract's `POST /v1/turn` is appended).
     #[arg(long, env = env::AGENT_URL, default_value = "http://127.0.0.1:8080")]
     pub agent_url: String,
@@ -94,30 +101,8 @@ pub struct SidecarArgs {
     #[arg(long, env = "BATON_SQLITE_PATH", default_value = ".baton/baton.db")]
     pub sqlite_path: PathBuf,
 
-    /// S3-compatible endpoint of the workspace store; without it, workspaces
-    /// are kept in `--objects-dir`.
-    #[arg(long, env = env::S3_ENDPOINT)]
-    pub s3_endpoint: Option<String>,
-
-    #[arg(long, env = env::S3_BUCKET, default_value = "baton")]
-    pub s3_bucket: String,
-
-    #[arg(long, env = env::S3_REGION, default_value = "us-east-1")]
-    pub s3_region: String,
-
-    #[arg(long, env = env::S3_ACCESS_KEY_ID, default_value = "")]
-    pub s3_access_key_id: String,
-
-    #[arg(long, env = env::S3_SECRET_ACCESS_KEY, default_value = "", hide_env_values = true)]
-    pub s3_secret_access_key: String,
-
-    /// Path-style addressing (MinIO, SeaweedFS).
-    #[arg(long, env = env::S3_FORCE_PATH_STYLE, default_value_t = true, action = clap::ArgAction::Set)]
-    pub s3_force_path_style: bool,
-
-    /// Local object directory for workspaces when no S3 endpoint is set.
-    #[arg(long, env = "BATON_OBJECTS_DIR", default_value = ".baton/objects")]
-    pub objects_dir: PathBuf,
+    #[command(flatten)]
+    pub workspace: baton_session::cli::WorkspaceArgs,
 
     /// Bearer tokens allowed to call the turn and admin APIs, as
     /// `token=tenant` pairs separated by commas. Without it, authentication

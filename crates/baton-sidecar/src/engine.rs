@@ -145,6 +145,9 @@ pub struct Engine<S> {
     pub timings: Timings,
     /// When this process started (Unix ms), for the replica list.
     pub started_at_ms: u64,
+    /// Where this sidecar's API answers others (the dashboard), said with
+    /// every heartbeat.
+    pub advertised_url: Option<String>,
     workspace_root: PathBuf,
     // The rest is shared by the engines of all the replica's runtime
     // threads (see [`Engine::sibling`]).
@@ -421,6 +424,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             holder,
             timings,
             started_at_ms: now_ms(),
+            advertised_url: None,
             workspace_root,
             inflight: Arc::default(),
             metrics: Metrics::default(),
@@ -433,6 +437,12 @@ impl<S: TurnStore + 'static> Engine<S> {
     /// between turns (see [`LocalBudget`]).
     pub fn with_local_budget(mut self, budget: LocalBudget) -> Self {
         self.local = Arc::new(LocalWorkspaces::new(budget));
+        self
+    }
+
+    /// Sets the URL said with every heartbeat (see `--advertise-url`).
+    pub fn with_advertised_url(mut self, url: Option<String>) -> Self {
+        self.advertised_url = url;
         self
     }
 
@@ -456,6 +466,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             holder: self.holder.clone(),
             timings: self.timings.clone(),
             started_at_ms: self.started_at_ms,
+            advertised_url: self.advertised_url.clone(),
             workspace_root: self.workspace_root.clone(),
             inflight: self.inflight.clone(),
             metrics: self.metrics.clone(),
@@ -483,6 +494,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             in_flight: self.inflight.len() as u64,
             build: env!("CARGO_PKG_VERSION").to_owned(),
             oldest_unshipped_ms: store.oldest_unshipped_ms(),
+            url: self.advertised_url.clone(),
         };
         store
             .heartbeat_with(&self.holder, info, self.timings.heartbeat_ttl)

@@ -24,7 +24,7 @@ use anyhow::Context as _;
 use baton_session::collector::{Collector, CollectorSettings};
 use baton_session::redis_ledger::RedisLedgerStore;
 use baton_session::sqlite::SqliteStore;
-use baton_session::workspace::{S3Config, WorkspaceStore};
+use baton_session::workspace::WorkspaceStore;
 use baton_session::{SessionCatalog, TurnStore, WorkspaceRoots};
 
 pub use config::SidecarArgs;
@@ -60,21 +60,9 @@ pub async fn run(args: SidecarArgs) -> anyhow::Result<()> {
 }
 
 fn workspace_store(args: &SidecarArgs) -> anyhow::Result<WorkspaceStore> {
-    match &args.s3_endpoint {
-        Some(endpoint) => WorkspaceStore::s3(&S3Config {
-            endpoint: endpoint.clone(),
-            bucket: args.s3_bucket.clone(),
-            region: args.s3_region.clone(),
-            access_key_id: args.s3_access_key_id.clone(),
-            secret_access_key: args.s3_secret_access_key.clone(),
-            force_path_style: args.s3_force_path_style,
-        })
-        .map(|store| store.in_namespace(&args.store_namespace))
-        .context("workspace store (S3)"),
-        None => WorkspaceStore::local(&args.objects_dir)
-            .map(|store| store.in_namespace(&args.store_namespace))
-            .context("workspace store (directory)"),
-    }
+    args.workspace
+        .open(&args.store_namespace)
+        .with_context(|| format!("workspace store ({})", args.workspace.describe()))
 }
 
 /// A store a runtime thread can get its own handle on.
@@ -136,7 +124,8 @@ async fn serve<S: ThreadStore>(
         .with_local_budget(engine::LocalBudget {
             max_bytes: args.workspace_cache_mib.saturating_mul(1 << 20),
             ..engine::LocalBudget::default()
-        }),
+        })
+        .with_advertised_url(args.advertise_url.clone()),
     );
     let auth = Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
         .map_err(anyhow::Error::msg)?;

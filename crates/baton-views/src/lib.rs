@@ -118,6 +118,10 @@ pub struct ReplicaInfo {
     /// separate ledger).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oldest_unshipped_ms: Option<u64>,
+    /// Where its sidecar's admin API answers (`--advertise-url`): the
+    /// dashboard drains it there. Absent when it did not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// A live replica: its heartbeat is current.

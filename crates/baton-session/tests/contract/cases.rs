@@ -719,14 +719,21 @@ pub async fn workspace_refs_travel_with_the_state<S: TurnStore>(store: S) {
 
 pub async fn sessions_list_in_key_order_page_by_page<S: TurnStore + SessionCatalog>(store: S) {
     let a = replica(&store, "a").await;
+    let b = replica(&store, "b-1").await;
     let keys = [
-        ("acme", "a1"),
-        ("acme", "a2"),
-        ("acme", "b1"),
-        ("other", "a1"),
+        ("acme", "a1", &a),
+        ("acme", "a2", &a),
+        ("acme", "b1", &a),
+        ("other", "a1", &b),
     ];
-    for (tenant, session) in keys {
-        turn(&store, &SessionKey::new(tenant, session).unwrap(), &a, "x").await;
+    for (tenant, session, holder) in keys {
+        turn(
+            &store,
+            &SessionKey::new(tenant, session).unwrap(),
+            holder,
+            "x",
+        )
+        .await;
     }
     let all = ListQuery {
         limit: 100,
@@ -800,6 +807,15 @@ pub async fn sessions_list_in_key_order_page_by_page<S: TurnStore + SessionCatal
             .sessions
             .is_empty(),
         "'_' is not a wildcard"
+    );
+    let on_b = ListQuery {
+        replica: Some("b".into()),
+        ..all.clone()
+    };
+    assert_eq!(
+        names(&store.list_sessions(&on_b).await.unwrap()),
+        ["other/a1"],
+        "the replica filter matches the holder id's start"
     );
     let clamped = store.list_sessions(&ListQuery::default()).await.unwrap();
     assert_eq!(clamped.sessions.len(), 1, "a zero limit is clamped to one");

@@ -1,0 +1,212 @@
+//! What the pages show, as the server sends it to the browser: plain data
+//! built from `baton-views`' types, which compile to wasm as well.
+
+use baton_views::{
+    LeaseView, PageKey, ReplicaStatus, ReplicaView, SessionSummary, SessionView, TurnInFlight,
+};
+use serde::{Deserialize, Serialize};
+
+/// Who is looking, and what they may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads every page.
+    Viewer,
+    /// Reads, drains replicas and takes over sessions.
+    Operator,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+        }
+    }
+}
+
+/// The signed-in user as a page sees it. `csrf` goes into every action
+/// form; the server checks it against the cookie's sign-in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Viewer {
+    pub name: String,
+    pub role: Role,
+    pub csrf: String,
+    /// Signed in without a token (`baton dev` on loopback): the page says so.
+    pub open: bool,
+}
+
+impl Viewer {
+    pub fn may_act(&self) -> bool {
+        self.role == Role::Operator
+    }
+}
+
+/// The sessions page's filters, as in its URL's query.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filters {
+    pub tenant: Option<String>,
+    pub prefix: Option<String>,
+    pub replica: Option<String>,
+    /// Only sessions a turn holds now.
+    pub leased: bool,
+    /// Keyset pagination: the last row of the previous page.
+    pub after: Option<PageKey>,
+}
+
+impl Filters {
+    /// The query string that brings this page back (`?` included, or empty).
+    pub fn query(&self) -> String {
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        if let Some(t) = &self.tenant {
+            pairs.push(("tenant", t));
+        }
+        if let Some(p) = &self.prefix {
+            pairs.push(("prefix", p));
+        }
+        if let Some(r) = &self.replica {
+            pairs.push(("replica", r));
+        }
+        if self.leased {
+            pairs.push(("leased", "1"));
+        }
+        if let Some(after) = &self.after {
+            pairs.push(("after_tenant", &after.tenant));
+            pairs.push(("after_session", &after.session));
+        }
+        if pairs.is_empty() {
+            return String::new();
+        }
+        let encoded: Vec<String> = pairs
+            .into_iter()
+            .map(|(k, v)| format!("{k}={}", crate::format::url_encode(v)))
+            .collect();
+        format!("?{}", encoded.join("&"))
+    }
+}
+
+/// One row of the sessions table: the ledger's summary and the live lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRow {
+    pub summary: SessionSummary,
+    pub lease: Option<LeaseView>,
+}
+
+/// A page of the sessions table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionsData {
+    pub rows: Vec<SessionRow>,
+    pub next: Option<PageKey>,
+    /// The server's clock when it read them: lease expiries count down
+    /// from it.
+    pub now_ms: u64,
+    /// What could not be read (a replica that did not answer), shown above
+    /// the table; the rows are what could.
+    pub warnings: Vec<String>,
+}
+
+/// One file of a session's workspace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRow {
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+    /// Its text when it is small UTF-8 (shown on the page), else `None`.
+    pub text: Option<String>,
+}
+
+/// The session page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionData {
+    pub tenant: String,
+    pub session: String,
+    /// `None` when the store has no state for it (never seen, or expired).
+    pub view: Option<SessionView>,
+    /// The workspace files of the current version.
+    pub files: Vec<FileRow>,
+    /// The agent's state, only when asked to reveal it (personal data).
+    pub state: Option<String>,
+    pub now_ms: u64,
+    pub warnings: Vec<String>,
+}
+
+impl SessionData {
+    pub fn version(&self) -> u64 {
+        self.view.as_ref().map_or(0, |v| v.version)
+    }
+}
+
+/// A replica: its heartbeat, and what its sidecar says when asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaRow {
+    pub view: ReplicaView,
+    /// The sidecar's own status (in-flight turns); `None` when it has no
+    /// advertised URL or did not answer (then `error` says which).
+    pub status: Option<ReplicaStatus>,
+    pub error: Option<String>,
+}
+
+impl ReplicaRow {
+    pub fn draining(&self) -> bool {
+        self.status
+            .as_ref()
+            .map_or(self.view.info.draining, |s| s.draining)
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.status
+            .as_ref()
+            .map_or(self.view.info.in_flight, |s| s.in_flight)
+    }
+
+    pub fn turns(&self) -> &[TurnInFlight] {
+        self.status.as_ref().map_or(&[], |s| s.turns.as_slice())
+    }
+
+    /// What the page says of it: draining until no turn runs, then drained.
+    pub fn state(&self) -> &'static str {
+        match (self.draining(), self.in_flight()) {
+            (true, 0) => "drained",
+            (true, _) => "draining",
+            (false, _) => "ready",
+        }
+    }
+}
+
+/// The replicas page.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicasData {
+    pub replicas: Vec<ReplicaRow>,
+    pub now_ms: u64,
+}
+
+/// One audited action: who did what to what, when, and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: u64,
+    pub at_ms: u64,
+    pub who: String,
+    pub action: String,
+    pub target: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+impl Filters {
+    /// The filters of a page's query (`value` reads one parameter); empty
+    /// values count as absent.
+    pub fn from_query(value: impl Fn(&str) -> Option<String>) -> Self {
+        let get = |name: &str| value(name).filter(|v| !v.is_empty());
+        let after = match (get("after_tenant"), get("after_session")) {
+            (Some(tenant), Some(session)) => Some(PageKey { tenant, session }),
+            _ => None,
+        };
+        Self {
+            tenant: get("tenant"),
+            prefix: get("prefix"),
+            replica: get("replica"),
+            leased: get("leased").is_some_and(|v| v != "0"),
+            after,
+        }
+    }
+}

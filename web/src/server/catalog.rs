@@ -1,0 +1,73 @@
+//! What the dashboard reads of the stores: an object-safe face of
+//! `baton-session`'s read-only [`SessionCatalog`], so one router serves the
+//! embedded store and Redis + Postgres alike. Errors are messages for a
+//! page: the kind of failure, never a store URL or password (the log gets
+//! the detail).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use baton_session::{
+    CommittedState, ListQuery, ReplicaView, SessionCatalog, SessionKey, SessionPage, SessionView,
+    StoreError, TurnRecord,
+};
+
+pub type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+pub trait Catalog: Send + Sync + 'static {
+    fn sessions<'a>(&'a self, query: &'a ListQuery) -> Answer<'a, SessionPage>;
+    fn inspect<'a>(&'a self, key: &'a SessionKey) -> Answer<'a, Option<SessionView>>;
+    fn state<'a>(&'a self, key: &'a SessionKey) -> Answer<'a, Option<CommittedState>>;
+    fn turns<'a>(&'a self, key: &'a SessionKey, limit: u32) -> Answer<'a, Vec<TurnRecord>>;
+    fn replicas(&self) -> Answer<'_, Vec<ReplicaView>>;
+}
+
+/// The page's message for a store error; the log keeps the detail.
+fn for_page(what: &'static str) -> impl Fn(StoreError) -> String {
+    move |e| {
+        tracing::warn!(error = %e, "dashboard: {what} failed");
+        format!("{what} failed: the store answered {}", e.metric_label())
+    }
+}
+
+impl<T: SessionCatalog + 'static> Catalog for T {
+    fn sessions<'a>(&'a self, query: &'a ListQuery) -> Answer<'a, SessionPage> {
+        Box::pin(async move {
+            self.list_sessions(query)
+                .await
+                .map_err(for_page("listing sessions"))
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a SessionKey) -> Answer<'a, Option<SessionView>> {
+        Box::pin(async move {
+            SessionCatalog::inspect(self, key)
+                .await
+                .map_err(for_page("reading the session"))
+        })
+    }
+
+    fn state<'a>(&'a self, key: &'a SessionKey) -> Answer<'a, Option<CommittedState>> {
+        Box::pin(async move {
+            self.inspect_state(key)
+                .await
+                .map_err(for_page("reading the session's state"))
+        })
+    }
+
+    fn turns<'a>(&'a self, key: &'a SessionKey, limit: u32) -> Answer<'a, Vec<TurnRecord>> {
+        Box::pin(async move {
+            SessionCatalog::turns(self, key, limit)
+                .await
+                .map_err(for_page("reading the turn history"))
+        })
+    }
+
+    fn replicas(&self) -> Answer<'_, Vec<ReplicaView>> {
+        Box::pin(async move {
+            SessionCatalog::replicas(self)
+                .await
+                .map_err(for_page("listing replicas"))
+        })
+    }
+}

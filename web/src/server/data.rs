@@ -1,0 +1,259 @@
+//! What each page shows, read from the stores and the sidecars. The server
+//! functions and the live updates both call these.
+
+use std::collections::BTreeMap;
+
+use baton_session::{ListQuery, SessionKey, TenantId};
+use baton_views::{PageKey, ReplicaView, SessionSummary};
+use futures::future::join_all;
+
+use crate::model::{
+    FileRow, Filters, ReplicaRow, ReplicasData, SessionData, SessionRow, SessionsData,
+};
+use crate::server::{Dashboard, PAGE_SIZE, TURN_HISTORY, now_ms};
+
+/// Largest workspace file whose text the session page shows inline.
+pub const INLINE_FILE_BYTES: u64 = 64 * 1024;
+
+/// A key from the page's words, refused with the field's name.
+pub fn session_key(tenant: &str, session: &str) -> Result<SessionKey, String> {
+    SessionKey::new(tenant, session).map_err(|e| e.to_string())
+}
+
+fn tenant(value: &Option<String>) -> Result<Option<TenantId>, String> {
+    value
+        .as_deref()
+        .map(TenantId::new)
+        .transpose()
+        .map_err(|e| format!("tenant: {e}"))
+}
+
+pub async fn sessions(dashboard: &Dashboard, filters: &Filters) -> Result<SessionsData, String> {
+    if filters.leased {
+        return leased_sessions(dashboard, filters).await;
+    }
+    let after = match &filters.after {
+        Some(PageKey { tenant, session }) => Some(
+            session_key(tenant, session).map_err(|e| format!("after_tenant/after_session: {e}"))?,
+        ),
+        None => None,
+    };
+    let query = ListQuery {
+        tenant: tenant(&filters.tenant)?,
+        prefix: filters.prefix.clone(),
+        replica: filters.replica.clone(),
+        after,
+        limit: PAGE_SIZE,
+    };
+    let page = dashboard.catalog.sessions(&query).await?.to_view();
+    let keys: Vec<Result<SessionKey, String>> = page
+        .sessions
+        .iter()
+        .map(|s| session_key(&s.tenant, &s.session))
+        .collect();
+    // One read per row, concurrently: on Redis they share one connection
+    // and pipeline.
+    let leases = join_all(keys.iter().map(|key| async move {
+        match key {
+            Ok(key) => dashboard.catalog.inspect(key).await,
+            Err(e) => Err(e.clone()),
+        }
+    }))
+    .await;
+    let mut warnings = Vec::new();
+    let rows = page
+        .sessions
+        .into_iter()
+        .zip(leases)
+        .map(|(summary, live)| {
+            let lease = match live {
+                Ok(view) => view.and_then(|v| v.lease),
+                Err(e) => {
+                    if warnings.is_empty() {
+                        warnings.push(format!("leases: {e}"));
+                    }
+                    None
+                }
+            };
+            SessionRow { summary, lease }
+        })
+        .collect();
+    Ok(SessionsData {
+        rows,
+        next: page.next,
+        now_ms: now_ms(),
+        warnings,
+    })
+}
+
+/// The sessions a turn holds now: the replicas' in-flight turns, with
+/// each session's live view. A replica that does not answer is named
+/// above the rows.
+async fn leased_sessions(dashboard: &Dashboard, filters: &Filters) -> Result<SessionsData, String> {
+    let replicas = replicas(dashboard).await?;
+    let mut warnings = Vec::new();
+    let mut held = BTreeMap::new();
+    for row in &replicas.replicas {
+        if let Some(e) = &row.error {
+            warnings.push(e.clone());
+        }
+        for turn in row.turns() {
+            held.insert((turn.tenant.clone(), turn.session.clone()), ());
+        }
+    }
+    let wanted = |(tenant, session): &(String, String)| {
+        filters.tenant.as_ref().is_none_or(|t| t == tenant)
+            && filters
+                .prefix
+                .as_ref()
+                .is_none_or(|p| session.starts_with(p.as_str()))
+    };
+    let keys: Vec<SessionKey> = held
+        .keys()
+        .filter(|k| wanted(k))
+        .filter_map(|(t, s)| session_key(t, s).ok())
+        .collect();
+    let views = join_all(keys.iter().map(|k| dashboard.catalog.inspect(k))).await;
+    let mut rows = Vec::new();
+    for (key, view) in keys.iter().zip(views) {
+        let view = match view {
+            Ok(Some(view)) => view,
+            Ok(None) => continue,
+            Err(e) => {
+                warnings.push(e);
+                continue;
+            }
+        };
+        if let Some(replica) = &filters.replica {
+            let on = view.lease.as_ref().map(|l| l.owner.as_str());
+            if !on.is_some_and(|o| o.starts_with(replica.as_str())) {
+                continue;
+            }
+        }
+        rows.push(SessionRow {
+            summary: SessionSummary {
+                tenant: key.tenant.to_string(),
+                session: key.session.to_string(),
+                version: view.version,
+                last_turn_seq: view.last_turn_seq,
+                last_replica: view.last_replica.clone(),
+                last_turn_at_ms: view.updated_at_ms,
+                // Turn sequence numbers count a session's turns from 1.
+                turn_count: view.last_turn_seq,
+            },
+            lease: view.lease,
+        });
+    }
+    Ok(SessionsData {
+        rows,
+        next: None,
+        now_ms: now_ms(),
+        warnings,
+    })
+}
+
+pub async fn session(
+    dashboard: &Dashboard,
+    tenant: &str,
+    session: &str,
+    reveal_state: bool,
+) -> Result<SessionData, String> {
+    let key = session_key(tenant, session)?;
+    let (view, turns) = futures::join!(
+        dashboard.catalog.inspect(&key),
+        dashboard.catalog.turns(&key, TURN_HISTORY)
+    );
+    let mut warnings = Vec::new();
+    let turns = turns.unwrap_or_else(|e| {
+        warnings.push(e);
+        Vec::new()
+    });
+    let view = view?.map(|v| v.to_view(&turns, None));
+    let mut files = Vec::new();
+    if let Some(reference) = view.as_ref().and_then(|v| v.workspace.clone()) {
+        match workspace_files(dashboard, &reference).await {
+            Ok(f) => files = f,
+            Err(e) => warnings.push(e),
+        }
+    }
+    let state = if reveal_state && view.is_some() {
+        dashboard
+            .catalog
+            .state(&key)
+            .await?
+            .map(|s| String::from_utf8_lossy(&s.payload).into_owned())
+    } else {
+        None
+    };
+    Ok(SessionData {
+        tenant: tenant.to_owned(),
+        session: session.to_owned(),
+        view,
+        files,
+        state,
+        now_ms: now_ms(),
+        warnings,
+    })
+}
+
+async fn workspace_files(dashboard: &Dashboard, reference: &str) -> Result<Vec<FileRow>, String> {
+    let Some(workspaces) = &dashboard.workspaces else {
+        return Err("workspace files: the dashboard was not given the workspace store".into());
+    };
+    let manifest = workspaces.load_manifest(reference).await.map_err(|e| {
+        tracing::warn!(error = %e, "dashboard: reading a workspace manifest failed");
+        "workspace files: the object store did not answer".to_owned()
+    })?;
+    let mut rows = Vec::new();
+    for (name, entry) in manifest.files {
+        let text = if entry.size <= INLINE_FILE_BYTES {
+            match workspaces.read_file(reference, &name).await {
+                Ok(Some(bytes)) => String::from_utf8(bytes.to_vec()).ok(),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        rows.push(FileRow {
+            name,
+            size: entry.size,
+            sha256: entry.blob,
+            text,
+        });
+    }
+    Ok(rows)
+}
+
+pub async fn replicas(dashboard: &Dashboard) -> Result<ReplicasData, String> {
+    let views: Vec<ReplicaView> = dashboard.catalog.replicas().await?;
+    let statuses = join_all(views.iter().map(|v| dashboard.sidecars.status(v))).await;
+    let replicas = views
+        .into_iter()
+        .zip(statuses)
+        .map(|(view, status)| match status {
+            Ok(status) => ReplicaRow {
+                view,
+                status: Some(status),
+                error: None,
+            },
+            Err(e) => ReplicaRow {
+                view,
+                status: None,
+                error: Some(e),
+            },
+        })
+        .collect();
+    Ok(ReplicasData {
+        replicas,
+        now_ms: now_ms(),
+    })
+}
+
+/// The live replica whose name (or holder id) is `name`.
+pub async fn find_replica(dashboard: &Dashboard, name: &str) -> Result<ReplicaView, String> {
+    let views = dashboard.catalog.replicas().await?;
+    views
+        .into_iter()
+        .find(|v| v.info.replica == name || v.id == name)
+        .ok_or_else(|| format!("replica: no live replica is named {name:?}"))
+}

@@ -1,0 +1,83 @@
+//! Live updates: server-sent events carrying a page's data whenever it
+//! changed, read once a second per open page. The hydrated page replaces
+//! what it shows with each event; without JavaScript nothing connects.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde::Serialize;
+
+use crate::model::Filters;
+use crate::server::{Dashboard, data};
+
+/// How often an open page's data is read again.
+pub const EVERY: Duration = Duration::from_secs(1);
+
+/// Reads `read` every [`EVERY`] and sends what it returns when it differs
+/// from what was sent last; an error is sent as an `error` event.
+fn changes<T, F, Fut>(read: F) -> Sse<impl Stream<Item = Result<Event, Infallible>>>
+where
+    T: Serialize,
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, String>> + Send,
+{
+    let stream = futures::stream::unfold(
+        (read, None::<String>, tokio::time::interval(EVERY)),
+        |(read, mut last, mut tick)| async move {
+            loop {
+                tick.tick().await;
+                let event = match read().await {
+                    Ok(value) => {
+                        let json = serde_json::to_string(&value).unwrap_or_default();
+                        if last.as_deref() == Some(json.as_str()) {
+                            continue;
+                        }
+                        last = Some(json.clone());
+                        Event::default().data(json)
+                    }
+                    Err(e) => {
+                        last = None;
+                        Event::default().event("error").data(e)
+                    }
+                };
+                return Some((Ok(event), (read, last, tick)));
+            }
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+pub async fn sessions(
+    State(dashboard): State<Arc<Dashboard>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let filters = Filters::from_query(|name| query.get(name).cloned());
+    changes(move || {
+        let (dashboard, filters) = (dashboard.clone(), filters.clone());
+        async move { data::sessions(&dashboard, &filters).await }
+    })
+}
+
+pub async fn session(
+    State(dashboard): State<Arc<Dashboard>>,
+    Path((tenant, session)): Path<(String, String)>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    changes(move || {
+        let (dashboard, tenant, session) = (dashboard.clone(), tenant.clone(), session.clone());
+        async move { data::session(&dashboard, &tenant, &session, false).await }
+    })
+}
+
+pub async fn replicas(
+    State(dashboard): State<Arc<Dashboard>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    changes(move || {
+        let dashboard = dashboard.clone();
+        async move { data::replicas(&dashboard).await }
+    })
+}

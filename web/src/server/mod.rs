@@ -1,0 +1,294 @@
+//! The server half: what the dashboard reads and calls ([`Dashboard`]),
+//! the axum router that renders the pages, answers the server functions,
+//! streams live updates, runs the actions and serves the browser bundle,
+//! and `baton dashboard` ([`run`]).
+
+pub mod actions;
+pub mod audit;
+pub mod auth;
+pub mod catalog;
+pub mod data;
+pub mod live;
+pub mod sidecars;
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use baton_session::workspace::WorkspaceStore;
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+
+pub use audit::Audit;
+pub use auth::Auth;
+pub use catalog::Catalog;
+pub use sidecars::Sidecars;
+
+use crate::{App, shell};
+
+/// Sessions a page of the dashboard shows at once.
+pub const PAGE_SIZE: u32 = 100;
+/// Turns the session page lists, newest first.
+pub const TURN_HISTORY: u32 = 200;
+
+/// The browser bundle `web/build.rs` built, embedded.
+pub mod assets {
+    include!(concat!(env!("OUT_DIR"), "/assets.rs"));
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Everything the pages read and the actions call.
+pub struct Dashboard {
+    pub catalog: Arc<dyn Catalog>,
+    /// Where the sessions' workspace files are; `None`: not shown.
+    pub workspaces: Option<WorkspaceStore>,
+    pub sidecars: Sidecars,
+    pub auth: Auth,
+    pub audit: Audit,
+}
+
+/// The dashboard as the server functions find it in their context.
+pub fn dashboard() -> Result<Arc<Dashboard>, ServerFnError> {
+    use_context::<Arc<Dashboard>>().ok_or_else(|| ServerFnError::new("the dashboard has no store"))
+}
+
+/// The signed-in viewer of the request being served (the auth
+/// middleware put it there).
+pub async fn viewer() -> Result<crate::model::Viewer, ServerFnError> {
+    let parts: axum::http::request::Parts = leptos_axum::extract().await?;
+    parts
+        .extensions
+        .get::<crate::model::Viewer>()
+        .cloned()
+        .ok_or_else(|| ServerFnError::new("sign in first"))
+}
+
+/// Every path of the dashboard, under `/dashboard`, so it can share a
+/// listener with other routes (`baton dev`'s front door).
+pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
+    let options = LeptosOptions::builder()
+        .output_name("baton-web")
+        .site_pkg_dir("dashboard/pkg")
+        .build();
+    let routes = generate_route_list(App);
+    let context = dashboard.clone();
+    let pages = axum::Router::new()
+        .leptos_routes_with_context(
+            &options,
+            routes,
+            move || provide_context(context.clone()),
+            {
+                let options = options.clone();
+                move || shell(options.clone())
+            },
+        )
+        .with_state(options);
+    let rest = axum::Router::new()
+        .route("/dashboard/signin", post(actions::sign_in))
+        .route("/dashboard/signout", post(actions::sign_out))
+        .route("/dashboard/actions/drain", post(actions::drain))
+        .route("/dashboard/actions/takeover", post(actions::takeover))
+        .route(
+            "/dashboard/files/{tenant}/{session}/{*name}",
+            get(actions::file),
+        )
+        .route("/dashboard/live/sessions", get(live::sessions))
+        .route(
+            "/dashboard/live/sessions/{tenant}/{session}",
+            get(live::session),
+        )
+        .route("/dashboard/live/replicas", get(live::replicas))
+        .with_state(dashboard.clone());
+    axum::Router::new()
+        .route("/dashboard/pkg/{file}", get(asset))
+        .merge(pages)
+        .merge(rest)
+        .layer(middleware::from_fn_with_state(dashboard, signed_in))
+        .layer(middleware::from_fn(page_headers))
+}
+
+/// The sign-in page, its form and the bundle are open; everything else
+/// needs a signed-in viewer (see [`auth::require_viewer`]).
+async fn signed_in(
+    axum::extract::State(dashboard): axum::extract::State<Arc<Dashboard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if path == "/dashboard/signin" || path.starts_with("/dashboard/pkg/") {
+        return next.run(request).await;
+    }
+    auth::require_viewer(&dashboard.auth, request, next).await
+}
+
+/// No framing, no sniffing, no referrer beyond the dashboard.
+async fn page_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+/// The browser bundle, gzipped for browsers that take it.
+async fn asset(
+    axum::extract::Path(file): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let (plain, gzipped, content_type) = match file.as_str() {
+        "baton-web.js" => (assets::JS, assets::JS_GZ, "text/javascript"),
+        "baton-web_bg.wasm" => (assets::WASM, assets::WASM_GZ, "application/wasm"),
+        _ => return StatusCode::NOT_FOUND.into_response(),
+    };
+    if !assets::HYDRATES {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let gzip = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
+    let mut response = if gzip { gzipped } else { plain }.into_response();
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if gzip {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
+}
+
+/// `baton dashboard`: where to listen, which stores to read, who may sign in.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DashboardArgs {
+    /// Address of the dashboard; port 0 picks a free one (printed at start).
+    #[arg(long, env = "BATON_DASHBOARD_LISTEN", default_value = "127.0.0.1:7080")]
+    pub listen: std::net::SocketAddr,
+
+    /// Redis URL of the coordination store; with `--database-url`, the
+    /// dashboard reads a deployment on Redis + Postgres.
+    #[arg(long, env = baton_api::constants::env::REDIS_URL, hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// Postgres URL of the turn ledger (with `--redis-url`).
+    #[arg(long, env = baton_api::constants::env::DATABASE_URL, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// The deployment's store namespace (as its sidecars have it).
+    #[arg(long, env = baton_api::constants::env::STORE_NAMESPACE, default_value = "")]
+    pub store_namespace: String,
+
+    /// Without Redis and Postgres: the embedded store's database
+    /// (`baton dev` keeps it in `.baton/dev/baton.db`).
+    #[arg(long, env = "BATON_SQLITE_PATH", default_value = ".baton/dev/baton.db")]
+    pub sqlite_path: std::path::PathBuf,
+
+    #[command(flatten)]
+    pub workspace: baton_session::cli::WorkspaceArgs,
+
+    /// YAML list of who may sign in: `- {name: alice, role: operator,
+    /// token: <16+ characters>}` (role `viewer` reads only). Required
+    /// unless the dashboard listens on a loopback address, where it is
+    /// open to everyone as an operator.
+    #[arg(long, env = "BATON_DASHBOARD_TOKENS_FILE")]
+    pub tokens_file: Option<std::path::PathBuf>,
+
+    /// The admin token the sidecars accept (drain, takeover, status).
+    #[arg(long, env = "BATON_DASHBOARD_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// File the audit log is appended to (one JSON line per action);
+    /// unset: kept in memory only.
+    #[arg(long, env = "BATON_DASHBOARD_AUDIT_LOG")]
+    pub audit_log: Option<std::path::PathBuf>,
+}
+
+/// Who may sign in: the tokens file, or open on a loopback address only.
+pub fn auth_for(
+    tokens_file: Option<&std::path::Path>,
+    listen: std::net::SocketAddr,
+) -> Result<Auth, String> {
+    match tokens_file {
+        Some(path) => Auth::read(path),
+        None if listen.ip().is_loopback() => Ok(Auth::open()),
+        None => Err(format!(
+            "BATON_DASHBOARD_TOKENS_FILE: required when the dashboard listens beyond loopback ({listen})"
+        )),
+    }
+}
+
+/// Opens the stores and serves the dashboard until the process ends.
+pub async fn run(args: DashboardArgs) -> Result<(), String> {
+    let auth = auth_for(args.tokens_file.as_deref(), args.listen)?;
+    let catalog: Arc<dyn Catalog> = match (&args.redis_url, &args.database_url) {
+        (Some(redis), Some(database)) => Arc::new(
+            baton_session::catalog::RedisCatalog::connect_in(
+                redis,
+                database,
+                &args.store_namespace,
+            )
+            .await
+            .map_err(|e| format!("opening Redis and Postgres: {}", e.metric_label()))?,
+        ),
+        (None, None) => {
+            if !args.sqlite_path.exists() {
+                return Err(format!(
+                    "BATON_SQLITE_PATH: {} does not exist (start `baton dev` first, or give --redis-url and --database-url)",
+                    args.sqlite_path.display()
+                ));
+            }
+            Arc::new(
+                baton_session::sqlite::SqliteStore::open(&args.sqlite_path)
+                    .await
+                    .map_err(|e| format!("BATON_SQLITE_PATH: {e}"))?,
+            )
+        }
+        _ => {
+            return Err(
+                "BATON_REDIS_URL and BATON_DATABASE_URL: give both (a deployment on Redis + Postgres) or neither (the embedded store)"
+                    .into(),
+            );
+        }
+    };
+    let workspaces = args
+        .workspace
+        .open(&args.store_namespace)
+        .map_err(|e| format!("workspace store ({}): {e}", args.workspace.describe()))?;
+    let audit = match &args.audit_log {
+        Some(path) => Audit::at(path.clone())?,
+        None => Audit::in_memory(),
+    };
+    let open = auth.is_open();
+    let dashboard = Arc::new(Dashboard {
+        catalog,
+        workspaces: Some(workspaces),
+        sidecars: Sidecars::new(args.admin_token.clone()),
+        auth,
+        audit,
+    });
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("BATON_DASHBOARD_LISTEN: {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    // Tests and scripts read this line to learn the address.
+    println!("baton dashboard listening on http://{addr}/dashboard");
+    if open {
+        println!("  open to everyone on this machine as an operator (loopback, no --tokens-file)");
+    }
+    let app = router(dashboard).route("/", get(|| async { Redirect::to("/dashboard") }));
+    axum::serve(listener, app).await.map_err(|e| e.to_string())
+}
