@@ -3,6 +3,8 @@
 //! Redis + Postgres + SeaweedFS started by the test itself.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,6 +83,8 @@ pub struct ClusterOptions {
     pub lease_ttl: &'static str,
     pub heartbeat_interval: &'static str,
     pub drain_timeout: &'static str,
+    /// More flags for `baton dev`.
+    pub extra_args: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -91,6 +95,7 @@ impl Default for ClusterOptions {
             lease_ttl: "30s",
             heartbeat_interval: "250ms",
             drain_timeout: "10s",
+            extra_args: Vec::new(),
         }
     }
 }
@@ -141,7 +146,8 @@ impl Cluster {
                 "--heartbeat-interval={}",
                 options.heartbeat_interval
             ))
-            .arg(format!("--drain-timeout={}", options.drain_timeout));
+            .arg(format!("--drain-timeout={}", options.drain_timeout))
+            .args(&options.extra_args);
         if let Some(real) = &real {
             cmd.args(&real.args);
             // The replicas inherit it: on real stores every sidecar runs two

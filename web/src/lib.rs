@@ -121,5 +121,14 @@ pub fn Header(viewer: Viewer) -> impl IntoView {
 #[cfg(feature = "hydrate")]
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
+    // A panic in the browser says what it was on the console.
+    console_error_panic_hook::set_once();
     leptos::mount::hydrate_body(App);
+    // Says the page is live (browser tests wait for it).
+    if let Some(body) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.body())
+    {
+        let _ = body.set_attribute("data-hydrated", "true");
+    }
 }

@@ -157,14 +157,14 @@ fn SessionView(data: SessionData, viewer: Viewer) -> impl IntoView {
     view! {
         {title}
         {warnings}
-        <table id="facts">
+        <table id="facts"><tbody>
             <tr><th>"version"</th><td id="version">{view.version}</td></tr>
             <tr><th>"fence"</th><td id="fence">{view.fence}</td></tr>
             <tr><th>"lease"</th><td>{lease}</td></tr>
             <tr><th>"last replica"</th><td id="last-replica">{view.last_replica.clone().unwrap_or_default()}</td></tr>
             <tr><th>"turns"</th><td>{view.last_turn_seq}</td></tr>
             <tr><th>"last commit"</th><td title=clock(view.updated_at_ms)>{ago(now, view.updated_at_ms)}</td></tr>
-        </table>
+        </tbody></table>
         {takeover}
         <h2>"Turns"</h2>
         <Timeline turns=turns.clone()/>

@@ -148,18 +148,34 @@ pub async fn takeover(
     let target = format!("{}/{}", form.tenant, form.session);
     let outcome = async {
         let key = data::session_key(&form.tenant, &form.session)?;
-        // Any replica can revoke: the lease lives in the store. One that
-        // is not draining is likelier to be healthy.
+        // Any replica can revoke: the lease lives in the store. The holder
+        // may be the one that hangs (that is why one takes over), so each
+        // live replica is tried in turn, those not draining first.
         let mut replicas = dashboard.catalog.replicas().await?;
         replicas.retain(|r| r.info.url.is_some());
         replicas.sort_by_key(|r| r.info.draining);
-        let via = replicas.first().ok_or_else(|| {
-            "no live replica advertises its address, so none can take the session over".to_owned()
-        })?;
-        let taken = dashboard
-            .sidecars
-            .takeover(via, &form.tenant, &form.session)
-            .await?;
+        if replicas.is_empty() {
+            return Err(
+                "no live replica advertises its address, so none can take the session over"
+                    .to_owned(),
+            );
+        }
+        let mut failures = Vec::new();
+        let mut taken = None;
+        for via in &replicas {
+            match dashboard
+                .sidecars
+                .takeover(via, &form.tenant, &form.session)
+                .await
+            {
+                Ok(t) => {
+                    taken = Some(t);
+                    break;
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        let taken = taken.ok_or_else(|| failures.join("; "))?;
         let fence = dashboard
             .catalog
             .inspect(&key)

@@ -10,8 +10,9 @@ use serde::de::DeserializeOwned;
 
 /// How long a sidecar gets to answer a page's question.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
-/// Takeover and drain answer at once (drain does not wait here).
-const ACTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Takeover and drain answer at once (drain does not wait here); a
+/// replica that takes longer is likely stuck, and the next one is tried.
+const ACTION_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Clone)]
 pub struct Sidecars {
