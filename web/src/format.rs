@@ -76,6 +76,44 @@ pub fn replica_of(holder: &str) -> &str {
     }
 }
 
+/// An SVG polyline's `points` for `values` across `width` × `height`
+/// (0 at the bottom, the largest value at the top).
+pub fn sparkline(values: &[f64], width: f64, height: f64) -> String {
+    let top = values.iter().copied().fold(0.0_f64, f64::max);
+    let step = if values.len() > 1 {
+        width / (values.len() - 1) as f64
+    } else {
+        0.0
+    };
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let y = if top > 0.0 {
+                height - v / top * height
+            } else {
+                height
+            };
+            format!("{:.1},{:.1}", i as f64 * step, y)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A latency bound in ms as people read it: `0.4 ms`, `13 ms`, `1.6 s`,
+/// `slower`.
+pub fn latency(ms: f64) -> String {
+    if !ms.is_finite() {
+        "slower".into()
+    } else if ms < 1.0 {
+        format!("{ms:.2} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +130,20 @@ mod tests {
         assert_eq!(ago(10_000, 0), "never");
         assert_eq!(expires(10_000, 22_300), "in 12.3 s");
         assert_eq!(expires(10_000, 9_000), "expired");
+    }
+
+    #[test]
+    fn plots_and_latencies() {
+        assert_eq!(
+            sparkline(&[0.0, 5.0, 10.0], 100.0, 20.0),
+            "0.0,20.0 50.0,10.0 100.0,0.0"
+        );
+        assert_eq!(sparkline(&[0.0, 0.0], 10.0, 20.0), "0.0,20.0 10.0,20.0");
+        assert_eq!(sparkline(&[], 10.0, 20.0), "");
+        assert_eq!(latency(0.4), "0.40 ms");
+        assert_eq!(latency(12.8), "13 ms");
+        assert_eq!(latency(1638.4), "1.6 s");
+        assert_eq!(latency(f64::INFINITY), "slower");
     }
 
     #[test]

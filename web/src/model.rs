@@ -136,14 +136,27 @@ impl SessionData {
     }
 }
 
+/// One interval of a replica's recent past.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RatePoint {
+    /// The interval's end.
+    pub at_ms: u64,
+    pub turns_per_s: f64,
+    /// `None` for an interval without turns.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
 /// A replica: its heartbeat, and what its sidecar says when asked.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaRow {
     pub view: ReplicaView,
     /// The sidecar's own status (in-flight turns); `None` when it has no
     /// advertised URL or did not answer (then `error` says which).
     pub status: Option<ReplicaStatus>,
     pub error: Option<String>,
+    /// Turns/s and latency over the last minutes, oldest first.
+    pub recent: Vec<RatePoint>,
 }
 
 impl ReplicaRow {
@@ -174,7 +187,7 @@ impl ReplicaRow {
 }
 
 /// The replicas page.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReplicasData {
     pub replicas: Vec<ReplicaRow>,
     pub now_ms: u64,

@@ -38,13 +38,13 @@ async fn fixture() -> Fixture {
     let tokens = format!(
         "- {{name: vic, role: viewer, token: {VIEWER}}}\n- {{name: ops, role: operator, token: {OPERATOR}}}"
     );
-    let dashboard = Arc::new(Dashboard {
-        catalog: Arc::new(store.clone()),
-        workspaces: Some(workspaces.clone()),
-        sidecars: Sidecars::new(None),
-        auth: Auth::from_yaml(std::path::Path::new("tokens.yaml"), &tokens).unwrap(),
-        audit: Audit::in_memory(),
-    });
+    let dashboard = Dashboard::new(
+        Arc::new(store.clone()),
+        Some(workspaces.clone()),
+        Sidecars::new(None),
+        Auth::from_yaml(std::path::Path::new("tokens.yaml"), &tokens).unwrap(),
+        Audit::in_memory(),
+    );
     Fixture {
         router: baton_web::server::router(dashboard.clone()),
         _dir: dir,

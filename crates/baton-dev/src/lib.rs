@@ -206,16 +206,16 @@ async fn dashboard(args: &DevArgs) -> anyhow::Result<Arc<baton_web::server::Dash
         None => baton_session::workspace::WorkspaceStore::local(&args.data_dir.join("objects")),
     }
     .context("the dashboard's workspace store")?;
-    Ok(Arc::new(Dashboard {
+    let dashboard = Dashboard::new(
         catalog,
-        workspaces: Some(workspaces),
+        Some(workspaces),
         // The replicas' admin API is open: `baton dev` gives them no tokens.
-        sidecars: Sidecars::new(None),
-        auth: auth_for(args.dashboard_tokens_file.as_deref(), args.listen)
-            .map_err(anyhow::Error::msg)?,
-        audit: Audit::at(args.data_dir.join("dashboard-audit.jsonl"))
-            .map_err(anyhow::Error::msg)?,
-    }))
+        Sidecars::new(None),
+        auth_for(args.dashboard_tokens_file.as_deref(), args.listen).map_err(anyhow::Error::msg)?,
+        Audit::at(args.data_dir.join("dashboard-audit.jsonl")).map_err(anyhow::Error::msg)?,
+    );
+    dashboard.start_sampling();
+    Ok(dashboard)
 }
 
 async fn shutdown_signal() -> std::io::Result<()> {

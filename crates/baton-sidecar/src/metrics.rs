@@ -1,6 +1,9 @@
 //! Prometheus metrics of one sidecar, served at `/metrics`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use baton_views::latency;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -33,6 +36,9 @@ pub struct Metrics {
     protocol_seconds: Family<StepLabel, Histogram>,
     pub in_flight: Gauge,
     pub leases_held: Gauge,
+    /// Turns by latency bucket, for the admin status (the dashboard's
+    /// plots): prometheus-client does not hand out its buckets.
+    latency: Arc<[AtomicU64; latency::BUCKETS]>,
 }
 
 impl Default for Metrics {
@@ -72,6 +78,7 @@ impl Default for Metrics {
             protocol_seconds,
             in_flight,
             leases_held,
+            latency: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 }
@@ -84,6 +91,15 @@ impl Metrics {
             })
             .inc();
         self.turn_seconds.observe(took.as_secs_f64());
+        self.latency[latency::bucket(took.as_secs_f64() * 1000.0)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Turns answered so far, per latency bucket.
+    pub fn latency_counts(&self) -> Vec<u64> {
+        self.latency
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
     }
 
     pub fn protocol(&self, step: &str, took: Duration) {

@@ -162,6 +162,91 @@ pub struct ReplicaStatus {
     /// As in [`ReplicaInfo::oldest_unshipped_ms`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_unshipped_ms: Option<u64>,
+    /// Every turn it answered since it started, by latency (see
+    /// [`latency`]); empty from a build that does not count them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turn_latency: Vec<u64>,
+}
+
+/// Turn latencies as counts per bucket, which the dashboard turns into
+/// turns/s and percentiles over time from two snapshots. Bucket `i` counts
+/// the turns that took at most [`latency::bound_ms`]`(i)`; the last one
+/// counts the rest.
+pub mod latency {
+    /// Buckets: 0.05 ms doubling to about 26 s, and one for slower turns.
+    pub const BUCKETS: usize = 21;
+
+    /// The upper bound of bucket `i`, in milliseconds (infinite for the last).
+    pub fn bound_ms(i: usize) -> f64 {
+        if i + 1 >= BUCKETS {
+            f64::INFINITY
+        } else {
+            0.05 * f64::from(1u32 << i)
+        }
+    }
+
+    /// The bucket of a turn that took `ms` milliseconds.
+    pub fn bucket(ms: f64) -> usize {
+        (0..BUCKETS)
+            .find(|&i| ms <= bound_ms(i))
+            .unwrap_or(BUCKETS - 1)
+    }
+
+    /// What happened between two snapshots `dt_ms` apart: turns/s and the
+    /// p50 and p99 latency (upper bounds of their buckets, in ms), `None`
+    /// when there were no turns (or the replica restarted in between).
+    pub fn between(before: &[u64], after: &[u64], dt_ms: u64) -> Option<(f64, f64, f64)> {
+        if before.len() != after.len() || dt_ms == 0 {
+            return None;
+        }
+        let delta: Vec<u64> = before
+            .iter()
+            .zip(after)
+            .map(|(b, a)| a.checked_sub(*b))
+            .collect::<Option<_>>()?;
+        let total: u64 = delta.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let quantile = |q: f64| {
+            let wanted = (q * total as f64).ceil() as u64;
+            let mut seen = 0;
+            for (i, n) in delta.iter().enumerate() {
+                seen += n;
+                if seen >= wanted {
+                    return bound_ms(i);
+                }
+            }
+            bound_ms(BUCKETS - 1)
+        };
+        Some((
+            total as f64 * 1000.0 / dt_ms as f64,
+            quantile(0.5),
+            quantile(0.99),
+        ))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn rates_and_percentiles_come_from_two_snapshots() {
+            assert_eq!(bucket(0.01), 0);
+            assert_eq!(bucket(3.0), 6); // 0.05 * 64 = 3.2 ms
+            assert_eq!(bucket(1e9), BUCKETS - 1);
+            let before = vec![0; BUCKETS];
+            let mut after = vec![0; BUCKETS];
+            after[6] = 98; // 98 turns of at most 3.2 ms
+            after[10] = 2; // 2 of at most 51.2 ms
+            let (rate, p50, p99) = between(&before, &after, 2000).unwrap();
+            assert_eq!(rate, 50.0);
+            assert!((p50 - 3.2).abs() < 1e-9, "{p50}");
+            assert!((p99 - 51.2).abs() < 1e-9, "{p99}");
+            assert_eq!(between(&after, &after, 1000), None, "no turns");
+            assert_eq!(between(&after, &before, 1000), None, "a restart");
+        }
+    }
 }
 
 /// `GET /v1/sessions/{session}/files`.

@@ -3,8 +3,8 @@
 
 use leptos::prelude::*;
 
-use crate::format::{ago, duration, session_path, url_encode};
-use crate::model::{ReplicaRow, ReplicasData, Viewer};
+use crate::format::{ago, duration, latency, session_path, sparkline, url_encode};
+use crate::model::{RatePoint, ReplicaRow, ReplicasData, Viewer};
 use crate::pages::{Signed, error_text, live, load_replicas};
 
 #[component]
@@ -55,7 +55,8 @@ fn ReplicaTable(data: ReplicasData, viewer: Viewer) -> impl IntoView {
             <thead>
                 <tr>
                     <th>"replica"</th><th>"holder id"</th><th>"state"</th><th>"heartbeat"</th>
-                    <th class="num">"in flight"</th><th>"sessions held"</th><th>"up"</th>
+                    <th class="num">"in flight"</th><th>"sessions held"</th>
+                    <th>"turns/s (10 min)"</th><th>"p50 / p99"</th><th>"up"</th>
                     <th>"build"</th><th>"shipping"</th><th></th>
                 </tr>
             </thead>
@@ -95,6 +96,7 @@ fn replica_row(row: ReplicaRow, now: u64, viewer: &Viewer) -> impl IntoView + us
         None => "up to date".to_owned(),
     };
     let in_flight = row.in_flight();
+    let (rate, latencies) = plots(&row.recent);
     let info = row.view.info;
     view! {
         <tr class="replica" data-replica=info.replica.clone()>
@@ -104,10 +106,51 @@ fn replica_row(row: ReplicaRow, now: u64, viewer: &Viewer) -> impl IntoView + us
             <td>{ago(now, row.view.last_seen_ms)}</td>
             <td class="num in-flight">{in_flight}</td>
             <td>{held}</td>
+            <td class="rate">{rate}</td>
+            <td class="latency">{latencies}</td>
             <td>{ago(now, info.started_at_ms)}</td>
             <td>{info.build}</td>
             <td>{shipping}</td>
             <td>{drain}</td>
         </tr>
     }
+}
+
+/// Small plots of the last minutes: turns/s, and p99 latency with the
+/// latest p50 / p99 as text.
+fn plots(recent: &[RatePoint]) -> (impl IntoView + use<>, impl IntoView + use<>) {
+    const W: f64 = 120.0;
+    const H: f64 = 24.0;
+    if recent.is_empty() {
+        let wait = || view! { <span class="muted">"sampling…"</span> };
+        return (wait().into_any(), wait().into_any());
+    }
+    let rates: Vec<f64> = recent.iter().map(|p| p.turns_per_s).collect();
+    let p99s: Vec<f64> = recent
+        .iter()
+        .map(|p| p.p99_ms.filter(|v| v.is_finite()).unwrap_or(0.0))
+        .collect();
+    let last = recent.last().cloned();
+    let rate_text = last.as_ref().map_or(0.0, |p| p.turns_per_s);
+    let latest = recent
+        .iter()
+        .rev()
+        .find(|p| p.p50_ms.is_some())
+        .map(|p| {
+            format!(
+                "{} / {}",
+                latency(p.p50_ms.unwrap_or(0.0)),
+                latency(p.p99_ms.unwrap_or(0.0))
+            )
+        })
+        .unwrap_or_else(|| "no turns".into());
+    let rate = view! {
+        <svg width=W height=H class="spark"><polyline fill="none" stroke="#1565c0" points=sparkline(&rates, W, H)/></svg>
+        " " {format!("{rate_text:.1}")}
+    };
+    let latencies = view! {
+        <svg width=W height=H class="spark"><polyline fill="none" stroke="#c62828" points=sparkline(&p99s, W, H)/></svg>
+        " " {latest}
+    };
+    (rate.into_any(), latencies.into_any())
 }

@@ -227,25 +227,33 @@ async fn workspace_files(dashboard: &Dashboard, reference: &str) -> Result<Vec<F
 pub async fn replicas(dashboard: &Dashboard) -> Result<ReplicasData, String> {
     let views: Vec<ReplicaView> = dashboard.catalog.replicas().await?;
     let statuses = join_all(views.iter().map(|v| dashboard.sidecars.status(v))).await;
+    let now = now_ms();
+    let live: Vec<&str> = views.iter().map(|v| v.id.as_str()).collect();
+    dashboard.samples.retain(&live);
     let replicas = views
         .into_iter()
         .zip(statuses)
-        .map(|(view, status)| match status {
-            Ok(status) => ReplicaRow {
+        .map(|(view, status)| {
+            let (status, error) = match status {
+                Ok(status) => {
+                    dashboard
+                        .samples
+                        .record(&view.id, now, status.turn_latency.clone());
+                    (Some(status), None)
+                }
+                Err(e) => (None, Some(e)),
+            };
+            ReplicaRow {
+                recent: dashboard.samples.series(&view.id),
                 view,
-                status: Some(status),
-                error: None,
-            },
-            Err(e) => ReplicaRow {
-                view,
-                status: None,
-                error: Some(e),
-            },
+                status,
+                error,
+            }
         })
         .collect();
     Ok(ReplicasData {
         replicas,
-        now_ms: now_ms(),
+        now_ms: now,
     })
 }
 

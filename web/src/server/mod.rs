@@ -9,6 +9,7 @@ pub mod auth;
 pub mod catalog;
 pub mod data;
 pub mod live;
+pub mod samples;
 pub mod sidecars;
 
 use std::sync::Arc;
@@ -53,6 +54,32 @@ pub struct Dashboard {
     pub sidecars: Sidecars,
     pub auth: Auth,
     pub audit: Audit,
+    /// The replicas' recent turn counts (see [`samples::sample_forever`]).
+    pub samples: samples::Samples,
+}
+
+impl Dashboard {
+    pub fn new(
+        catalog: Arc<dyn Catalog>,
+        workspaces: Option<WorkspaceStore>,
+        sidecars: Sidecars,
+        auth: Auth,
+        audit: Audit,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            catalog,
+            workspaces,
+            sidecars,
+            auth,
+            audit,
+            samples: samples::Samples::default(),
+        })
+    }
+
+    /// Starts sampling the replicas in the background (their plots).
+    pub fn start_sampling(self: &Arc<Self>) {
+        tokio::spawn(samples::sample_forever(self.clone()));
+    }
 }
 
 /// The dashboard as the server functions find it in their context.
@@ -273,13 +300,14 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         None => Audit::in_memory(),
     };
     let open = auth.is_open();
-    let dashboard = Arc::new(Dashboard {
+    let dashboard = Dashboard::new(
         catalog,
-        workspaces: Some(workspaces),
-        sidecars: Sidecars::new(args.admin_token.clone()),
+        Some(workspaces),
+        Sidecars::new(args.admin_token.clone()),
         auth,
         audit,
-    });
+    );
+    dashboard.start_sampling();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("BATON_DASHBOARD_LISTEN: {}: {e}", args.listen))?;

@@ -20,6 +20,7 @@ pub(super) fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatu
         in_flight: turns.len() as u64,
         turns,
         oldest_unshipped_ms: engine.store.oldest_unshipped_ms(),
+        turn_latency: engine.metrics.latency_counts(),
     }
 }
 
