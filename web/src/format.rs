@@ -7,11 +7,23 @@ pub fn clock(at_ms: u64) -> String {
     if at_ms == 0 {
         return "-".into();
     }
+    use chrono::{Datelike as _, Timelike as _};
+    // Fields, not `format`: chrono's format-string machinery would double
+    // the browser bundle.
     match i64::try_from(at_ms)
         .ok()
         .and_then(chrono::DateTime::from_timestamp_millis)
     {
-        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+        Some(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            at_ms % 1000
+        ),
         None => format!("{at_ms} ms"),
     }
 }

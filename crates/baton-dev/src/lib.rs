@@ -126,7 +126,7 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
             );
         }
     });
-    axum::serve(listener, app)
+    axum::serve(baton_web::server::no_delay(listener), app)
         .with_graceful_shutdown(async {
             let _ = shutdown_signal().await;
         })

@@ -244,6 +244,20 @@ pub struct DashboardArgs {
     pub audit_log: Option<std::path::PathBuf>,
 }
 
+/// A listener whose connections send at once: pages are streamed in
+/// several writes, and Nagle's algorithm would hold the last one back until
+/// the client's delayed ACK (40 ms on Linux).
+pub fn no_delay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt as _;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY");
+        }
+    })
+}
+
 /// Who may sign in: the tokens file, or open on a loopback address only.
 pub fn auth_for(
     tokens_file: Option<&std::path::Path>,
@@ -318,5 +332,7 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         println!("  open to everyone on this machine as an operator (loopback, no --tokens-file)");
     }
     let app = router(dashboard).route("/", get(|| async { Redirect::to("/dashboard") }));
-    axum::serve(listener, app).await.map_err(|e| e.to_string())
+    axum::serve(no_delay(listener), app)
+        .await
+        .map_err(|e| e.to_string())
 }
