@@ -456,9 +456,9 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
         .spawn()
         .unwrap();
     let mut first = String::new();
-    BufReader::new(dashboard.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    // Kept open until the process ends: a closed pipe would fail its writes.
+    let mut stdout = BufReader::new(dashboard.stdout.take().unwrap());
+    stdout.read_line(&mut first).unwrap();
     let address = first
         .trim()
         .strip_prefix("baton dashboard listening on http://")
@@ -474,6 +474,7 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let _ = dashboard.kill();
+    drop(stdout);
     let _ = dashboard.wait();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("lin@example.com"), "{response}");

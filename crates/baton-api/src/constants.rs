@@ -65,6 +65,11 @@ pub mod paths {
 pub mod env {
     pub const REPLICA_ID: &str = "BATON_REPLICA_ID";
     pub const POD_NAMESPACE: &str = "BATON_POD_NAMESPACE";
+    /// The pod's IP (downward API), for [`ADVERTISE_URL`].
+    pub const POD_IP: &str = "BATON_POD_IP";
+    /// Where the sidecar's API answers others (the dashboard), said with
+    /// its heartbeats.
+    pub const ADVERTISE_URL: &str = "BATON_ADVERTISE_URL";
     pub const DEPLOYMENT: &str = "BATON_DEPLOYMENT";
     /// `<namespace>.<name>` of the AgentDeployment: every Redis key, ledger
     /// table and object of its replicas lives under it, so deployments that

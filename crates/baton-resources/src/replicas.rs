@@ -261,6 +261,13 @@ fn sidecar_container(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> Cont
     let mut sidecar_env = vec![
         env_from_field(env::REPLICA_ID, "metadata.name"),
         env_from_field(env::POD_NAMESPACE, "metadata.namespace"),
+        env_from_field(env::POD_IP, "status.podIP"),
+        // Kubernetes expands `$(VAR)` from the variables listed before it.
+        k8s_openapi::api::core::v1::EnvVar {
+            name: env::ADVERTISE_URL.into(),
+            value: Some(format!("http://$({}):{}", env::POD_IP, ports::SIDECAR_HTTP)),
+            ..Default::default()
+        },
     ];
     sidecar_env.extend(config.env());
     sidecar_env.extend(crate::stores::sidecar_env(agd));

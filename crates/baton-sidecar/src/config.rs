@@ -27,7 +27,7 @@ pub struct SidecarArgs {
     /// `http://$(POD_IP):<port>`), said with every heartbeat: the
     /// dashboard drains the replica there. Unset: the dashboard cannot
     /// drain it.
-    #[arg(long, env = "BATON_ADVERTISE_URL")]
+    #[arg(long, env = env::ADVERTISE_URL)]
     pub advertise_url: Option<String>,
 
     /// Base URL of the agent (the contract's `POST /v1/turn` is appended).

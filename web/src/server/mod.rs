@@ -326,11 +326,14 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("BATON_DASHBOARD_LISTEN: {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    // Tests and scripts read this line to learn the address.
-    println!("baton dashboard listening on http://{addr}/dashboard");
-    if open {
-        println!("  open to everyone on this machine as an operator (loopback, no --tokens-file)");
-    }
+    // Tests and scripts read the first line to learn the address. One
+    // write: a reader that stops after it must not break a second one.
+    let access = if open {
+        "open to everyone on this machine as an operator (loopback, no --tokens-file)"
+    } else {
+        "sign in with a token of --tokens-file"
+    };
+    println!("baton dashboard listening on http://{addr}/dashboard\n  {access}");
     let app = router(dashboard).route("/", get(|| async { Redirect::to("/dashboard") }));
     axum::serve(no_delay(listener), app)
         .await
