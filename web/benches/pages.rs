@@ -15,8 +15,9 @@
 //! - each page: server time over loopback HTTP (p50, p99) and the
 //!   dashboard's CPU per request (`/proc/<pid>/stat`);
 //! - live updates: the turn path's throughput and client CPU per turn with
-//!   no page open and with 10 live sessions pages open (each re-reads its
-//!   page once a second), side by side;
+//!   no page open and with 10 live sessions pages open, each with its own
+//!   filter (pages with the same filter share one read a second), in
+//!   alternating rounds;
 //! - the browser bundle, gzipped; the dashboard's RSS after all that.
 
 use std::sync::Arc;
@@ -188,9 +189,10 @@ async fn measure_page(http: &reqwest::Client, base: &str, path: &str, server: u3
     }
 }
 
-/// Keeps a live sessions page open: reads its event stream until dropped.
-fn open_live_page(base: &str) -> tokio::task::JoinHandle<()> {
-    let url = format!("{base}/dashboard/live/sessions");
+/// Keeps live sessions page `i` open (each with its own filter, so none
+/// shares another's reads): reads its event stream until aborted.
+fn open_live_page(base: &str, i: usize) -> tokio::task::JoinHandle<()> {
+    let url = format!("{base}/dashboard/live/sessions?prefix=s-0{i}");
     tokio::spawn(async move {
         let mut answer = reqwest::get(&url).await.unwrap();
         while let Ok(Some(_)) = answer.chunk().await {}
@@ -359,14 +361,14 @@ async fn main() {
     for _ in 0..2 {
         let (turns, cpu) = turn_loop(&store, &replica, sessions, 16, window).await;
         rounds.push(("no dashboard page open", turns, cpu));
-        let pages: Vec<_> = (0..10).map(|_| open_live_page(&base)).collect();
+        let pages: Vec<_> = (0..10).map(|i| open_live_page(&base, i)).collect();
         let server_cpu_before = process_cpu(pid);
         let (turns, cpu) = turn_loop(&store, &replica, sessions, 16, window).await;
         live_cpu += process_cpu(pid) - server_cpu_before;
         for p in pages {
             p.abort();
         }
-        rounds.push(("10 live sessions pages open", turns, cpu));
+        rounds.push(("10 live sessions pages open (10 filters)", turns, cpu));
     }
     println!(
         "{:<52} {:>12} {:>14}",

@@ -43,7 +43,7 @@ impl Viewer {
 }
 
 /// The sessions page's filters, as in its URL's query.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Filters {
     pub tenant: Option<String>,
     pub prefix: Option<String>,

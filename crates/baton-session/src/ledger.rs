@@ -349,24 +349,36 @@ impl PostgresLedger {
     /// Sessions in (tenant, session) order (see [`crate::SessionCatalog`]).
     pub async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionPage> {
         let limit = page_size(query.limit);
-        let rows = sqlx::query(
+        // Only the filters given, so that each shape gets a plan that uses
+        // the indexes: `$1 IS NULL OR …` in a prepared statement's generic
+        // plan reads every row (30 ms at 100,000 sessions).
+        let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(
             "SELECT tenant, session, last_version, last_turn_seq, last_replica, last_turn_at_ms, turn_count
-             FROM sessions
-             WHERE ($1::text IS NULL OR tenant = $1)
-               AND ($2::text IS NULL OR starts_with(session, $2))
-               AND ($3::text IS NULL OR (tenant, session) > ($3, $4))
-               AND ($6::text IS NULL OR starts_with(last_replica, $6))
-             ORDER BY tenant, session LIMIT $5",
-        )
-        .bind(query.tenant.as_ref().map(|t| t.as_str()))
-        .bind(query.prefix.as_deref())
-        .bind(query.after.as_ref().map(|k| k.tenant.as_str()))
-        .bind(query.after.as_ref().map(|k| k.session.as_str()))
-        .bind(i64::from(limit) + 1)
-        .bind(query.replica.as_deref())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+             FROM sessions WHERE TRUE",
+        );
+        if let Some(tenant) = &query.tenant {
+            sql.push(" AND tenant = ").push_bind(tenant.as_str());
+        }
+        if let Some(prefix) = &query.prefix {
+            sql.push(" AND starts_with(session, ")
+                .push_bind(prefix.as_str())
+                .push(")");
+        }
+        if let Some(after) = &query.after {
+            sql.push(" AND (tenant, session) > (")
+                .push_bind(after.tenant.as_str())
+                .push(", ")
+                .push_bind(after.session.as_str())
+                .push(")");
+        }
+        if let Some(replica) = &query.replica {
+            sql.push(" AND starts_with(last_replica, ")
+                .push_bind(replica.as_str())
+                .push(")");
+        }
+        sql.push(" ORDER BY tenant, session LIMIT ")
+            .push_bind(i64::from(limit) + 1);
+        let rows = sql.build().fetch_all(&self.pool).await.map_err(db_error)?;
         let mut sessions = rows
             .iter()
             .map(session_summary)

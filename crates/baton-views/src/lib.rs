@@ -86,7 +86,7 @@ pub struct SessionSummary {
 }
 
 /// Where the next page of sessions starts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PageKey {
     pub tenant: String,

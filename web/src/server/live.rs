@@ -5,14 +5,14 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde::Serialize;
 
-use crate::model::Filters;
+use crate::model::{Filters, SessionsData};
 use crate::server::{Dashboard, data};
 
 /// How often an open page's data is read again.
@@ -59,8 +59,36 @@ pub async fn sessions(
     let filters = Filters::from_query(|name| query.get(name).cloned());
     changes(move || {
         let (dashboard, filters) = (dashboard.clone(), filters.clone());
-        async move { data::sessions(&dashboard, &filters).await }
+        async move { dashboard.live_pages.sessions(&dashboard, &filters).await }
     })
+}
+
+/// What the open sessions pages were sent last, per filter: pages with the
+/// same filters share one read a second, however many are open.
+#[derive(Default)]
+pub struct SharedReads {
+    sessions: tokio::sync::Mutex<HashMap<Filters, (Instant, SessionsData)>>,
+}
+
+impl SharedReads {
+    pub async fn sessions(
+        &self,
+        dashboard: &Dashboard,
+        filters: &Filters,
+    ) -> Result<SessionsData, String> {
+        // Held across the read: a second page with these filters waits for
+        // the first one's read instead of making its own.
+        let mut cache = self.sessions.lock().await;
+        if let Some((at, data)) = cache.get(filters)
+            && at.elapsed() < EVERY.mul_f32(0.9)
+        {
+            return Ok(data.clone());
+        }
+        let data = data::sessions(dashboard, filters).await?;
+        cache.retain(|_, (at, _)| at.elapsed() < EVERY * 10);
+        cache.insert(filters.clone(), (Instant::now(), data.clone()));
+        Ok(data)
+    }
 }
 
 pub async fn session(

@@ -56,6 +56,8 @@ pub struct Dashboard {
     pub audit: Audit,
     /// The replicas' recent turn counts (see [`samples::sample_forever`]).
     pub samples: samples::Samples,
+    /// Reads shared by the open pages' live updates.
+    pub live_pages: live::SharedReads,
 }
 
 impl Dashboard {
@@ -73,6 +75,7 @@ impl Dashboard {
             auth,
             audit,
             samples: samples::Samples::default(),
+            live_pages: live::SharedReads::default(),
         })
     }
 
