@@ -548,23 +548,12 @@ async fn takeover_frees_a_stuck_session_at_once(stores: Stores) {
         ..ClusterOptions::default()
     })
     .await;
-    let replicas = dev.replicas().await.unwrap();
-    let stuck_url = replicas[0]["url"].as_str().unwrap().to_owned();
-    let stuck_pid = replicas[0]["pid"].as_u64().unwrap();
-    let other = replicas[1]["url"].as_str().unwrap().to_owned();
-    let stuck = {
-        let (http, url) = (dev.http.clone(), stuck_url.clone());
-        tokio::spawn(async move {
-            let r = http
-                .post(format!("{url}/v1/sessions/s-stuck/turns"))
-                .json(&json!({ "input": "/sleep 5000" }))
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
-        })
-    };
-    let holder = dev.lease_owner("s-stuck").await;
+    let support::HeldTurn {
+        answer: stuck,
+        holder,
+        pid: stuck_pid,
+        other_url: other,
+    } = dev.held_turn("s-stuck", 5000).await;
     dev.pause(stuck_pid).await;
     let (status, busy) = dev
         .turn_on(&other, "s-stuck", &json!({ "input": "hello?" }), "")

@@ -222,25 +222,12 @@ async fn dashboard_in_a_browser(stores: Stores) {
     );
 
     // Take over a session whose holder is stopped mid-turn.
-    let replicas = dev.replicas().await.unwrap();
-    let (stuck_url, stuck_pid) = (
-        replicas[0]["url"].as_str().unwrap().to_owned(),
-        replicas[0]["pid"].as_u64().unwrap(),
-    );
-    let other_url = replicas[1]["url"].as_str().unwrap().to_owned();
-    let stuck = {
-        let (http, url) = (dev.http.clone(), stuck_url.clone());
-        tokio::spawn(async move {
-            let r = http
-                .post(format!("{url}/v1/sessions/s-stuck/turns"))
-                .json(&json!({ "input": "/sleep 5000" }))
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
-        })
-    };
-    let holder = dev.lease_owner("s-stuck").await;
+    let support::HeldTurn {
+        answer: stuck,
+        holder,
+        pid: stuck_pid,
+        other_url,
+    } = dev.held_turn("s-stuck", 5000).await;
     dev.pause(stuck_pid).await;
     browser
         .goto(&format!("{}/dashboard/sessions/default/s-stuck", dev.url))

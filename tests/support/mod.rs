@@ -105,7 +105,48 @@ pub fn signal(pid: u64, signal: &str) {
     baton_testkit::send_signal(u32::try_from(pid).expect("a pid"), signal);
 }
 
+/// A long turn running on the first replica, which a test then stops.
+pub struct HeldTurn {
+    /// The client's answer, once the turn ends.
+    pub answer: tokio::task::JoinHandle<(u16, Value)>,
+    /// The lease holder id of the turn.
+    pub holder: String,
+    /// The first replica's sidecar process.
+    pub pid: u64,
+    /// The second replica's sidecar URL (never the front door, which could
+    /// route to the stopped replica).
+    pub other_url: String,
+}
+
 impl Cluster {
+    /// Starts `/sleep <ms>` on `session` straight on the first replica's
+    /// sidecar and waits until it holds the lease.
+    pub async fn held_turn(&self, session: &str, ms: u64) -> HeldTurn {
+        let replicas = self.replicas().await.expect("replica list");
+        let url = replicas[0]["url"].as_str().unwrap().to_owned();
+        let pid = replicas[0]["pid"].as_u64().unwrap();
+        let other_url = replicas[1]["url"].as_str().unwrap().to_owned();
+        let answer = {
+            let (http, session) = (self.http.clone(), session.to_owned());
+            tokio::spawn(async move {
+                let r = http
+                    .post(format!("{url}/v1/sessions/{session}/turns"))
+                    .json(&json!({ "input": format!("/sleep {ms}") }))
+                    .send()
+                    .await
+                    .unwrap();
+                (r.status().as_u16(), r.json::<Value>().await.unwrap())
+            })
+        };
+        let holder = self.lease_owner(session).await;
+        HeldTurn {
+            answer,
+            holder,
+            pid,
+            other_url,
+        }
+    }
+
     /// SIGSTOPs replica process `pid`; on the embedded stores, at a moment
     /// it holds no SQLite write lock (see `stop_outside_a_sqlite_write`).
     pub async fn pause(&self, pid: u64) {

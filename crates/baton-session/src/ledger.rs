@@ -350,12 +350,21 @@ impl PostgresLedger {
     pub async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionPage> {
         let limit = page_size(query.limit);
         // Only the filters given, so that each shape gets a plan that uses
-        // the indexes: `$1 IS NULL OR …` in a prepared statement's generic
-        // plan reads every row (30 ms at 100,000 sessions).
-        let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-            "SELECT tenant, session, last_version, last_turn_seq, last_replica, last_turn_at_ms, turn_count
-             FROM sessions WHERE TRUE",
-        );
+        // the indexes: `$1 IS NULL OR …` reads every row (30 ms at 100,000
+        // sessions).
+        // With a prefix, its matches are found through its own index, then
+        // sorted: walking the primary key in order and filtering (what the
+        // planner picks for ORDER BY … LIMIT) reads the whole tenant when
+        // the matches are few (52 ms at 100,000 sessions). `OFFSET 0` keeps
+        // the planner from merging the two.
+        let fenced = query.prefix.is_some();
+        let columns = "SELECT tenant, session, last_version, last_turn_seq, last_replica, last_turn_at_ms, turn_count
+             FROM sessions WHERE TRUE";
+        let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(if fenced {
+            format!("SELECT * FROM ({columns}")
+        } else {
+            columns.to_owned()
+        });
         if let Some(tenant) = &query.tenant {
             sql.push(" AND tenant = ").push_bind(tenant.as_str());
         }
@@ -376,9 +385,19 @@ impl PostgresLedger {
                 .push_bind(replica.as_str())
                 .push(")");
         }
+        if fenced {
+            sql.push(" OFFSET 0) matching");
+        }
         sql.push(" ORDER BY tenant, session LIMIT ")
             .push_bind(i64::from(limit) + 1);
-        let rows = sql.build().fetch_all(&self.pool).await.map_err(db_error)?;
+        // Unnamed, so planned with its values: a prepared statement's
+        // generic plan cannot turn the prefix parameter into an index range.
+        let rows = sql
+            .build()
+            .persistent(false)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         let mut sessions = rows
             .iter()
             .map(session_summary)
