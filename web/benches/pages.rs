@@ -138,13 +138,13 @@ async fn serve() {
     let catalog = baton_session::catalog::RedisCatalog::connect(&redis, &database)
         .await
         .unwrap();
-    let dashboard = baton_web::server::Dashboard::new(
+    let dashboard = Arc::new(baton_web::server::Dashboard::new(
         Arc::new(catalog),
         None,
         baton_web::server::Sidecars::new(None),
         baton_web::server::Auth::open(),
         baton_web::server::Audit::in_memory(),
-    );
+    ));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();

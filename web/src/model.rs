@@ -191,6 +191,40 @@ impl ReplicaRow {
 pub struct ReplicasData {
     pub replicas: Vec<ReplicaRow>,
     pub now_ms: u64,
+    /// With Kubernetes access: the `AgentDeployment`s.
+    pub cluster: Option<ClusterView>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub deployments: Vec<DeploymentRow>,
+    /// Why they could not be listed.
+    pub error: Option<String>,
+}
+
+/// An `AgentDeployment` as its status tells it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentRow {
+    pub namespace: String,
+    pub name: String,
+    pub desired: i32,
+    pub replicas: i32,
+    pub ready: i32,
+    pub updated: i32,
+    pub current_revision: String,
+    pub update_revision: String,
+    /// The rollout's phase and step, when one is reported.
+    pub rollout: Option<String>,
+    pub conditions: Vec<ConditionRow>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConditionRow {
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub since_ms: u64,
 }
 
 /// One audited action: who did what to what, when, and how it ended.

@@ -38,13 +38,13 @@ async fn fixture() -> Fixture {
     let tokens = format!(
         "- {{name: vic, role: viewer, token: {VIEWER}}}\n- {{name: ops, role: operator, token: {OPERATOR}}}"
     );
-    let dashboard = Dashboard::new(
+    let dashboard = Arc::new(Dashboard::new(
         Arc::new(store.clone()),
         Some(workspaces.clone()),
         Sidecars::new(None),
         Auth::from_yaml(std::path::Path::new("tokens.yaml"), &tokens).unwrap(),
         Audit::in_memory(),
-    );
+    ));
     Fixture {
         router: baton_web::server::router(dashboard.clone()),
         _dir: dir,

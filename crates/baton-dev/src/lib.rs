@@ -206,14 +206,14 @@ async fn dashboard(args: &DevArgs) -> anyhow::Result<Arc<baton_web::server::Dash
         None => baton_session::workspace::WorkspaceStore::local(&args.data_dir.join("objects")),
     }
     .context("the dashboard's workspace store")?;
-    let dashboard = Dashboard::new(
+    let dashboard = Arc::new(Dashboard::new(
         catalog,
         Some(workspaces),
         // The replicas' admin API is open: `baton dev` gives them no tokens.
         Sidecars::new(None),
         auth_for(args.dashboard_tokens_file.as_deref(), args.listen).map_err(anyhow::Error::msg)?,
         Audit::at(args.data_dir.join("dashboard-audit.jsonl")).map_err(anyhow::Error::msg)?,
-    );
+    ));
     dashboard.start_sampling();
     Ok(dashboard)
 }

@@ -3,8 +3,8 @@
 
 use leptos::prelude::*;
 
-use crate::format::{ago, duration, latency, session_path, sparkline, url_encode};
-use crate::model::{RatePoint, ReplicaRow, ReplicasData, Viewer};
+use crate::format::{ago, clock, duration, latency, session_path, sparkline, url_encode};
+use crate::model::{ClusterView, RatePoint, ReplicaRow, ReplicasData, Viewer};
 use crate::pages::{Signed, error_text, live, load_replicas};
 
 #[component]
@@ -27,7 +27,11 @@ fn Replicas(viewer: Viewer) -> impl IntoView {
                         Ok(first) => view! {
                             {move || {
                                 let shown = latest.get().unwrap_or_else(|| first.clone());
-                                view! { <ReplicaTable data=shown viewer=viewer.clone()/> }
+                                let cluster = shown.cluster.clone();
+                                view! {
+                                    <ReplicaTable data=shown viewer=viewer.clone()/>
+                                    <Deployments cluster/>
+                                }
                             }}
                         }
                         .into_any(),
@@ -153,4 +157,59 @@ fn plots(recent: &[RatePoint]) -> (impl IntoView + use<>, impl IntoView + use<>)
         " " {latest}
     };
     (rate.into_any(), latencies.into_any())
+}
+
+/// The cluster's `AgentDeployment`s, when the dashboard has Kubernetes
+/// access: replicas, revisions, rollout, conditions.
+#[component]
+fn Deployments(cluster: Option<ClusterView>) -> impl IntoView {
+    let Some(cluster) = cluster else {
+        return ().into_any();
+    };
+    let error = cluster
+        .error
+        .map(|e| view! { <p class="warning" id="cluster-error">{e}</p> });
+    let rows = cluster
+        .deployments
+        .into_iter()
+        .map(|d| {
+            let conditions = d
+                .conditions
+                .into_iter()
+                .map(|c| {
+                    let class = if c.status == "True" { "ok" } else { "warning" };
+                    view! {
+                        <span class=format!("condition {class}") title=format!("since {}", clock(c.since_ms))>
+                            {c.type_} "=" {c.status} " " {c.reason} ": " {c.message}
+                        </span>
+                        <br/>
+                    }
+                })
+                .collect_view();
+            let key = format!("{}/{}", d.namespace, d.name);
+            view! {
+                <tr class="deployment" data-name=key>
+                    <td>{d.namespace}</td>
+                    <td class="name">{d.name}</td>
+                    <td class="num">{d.ready} " / " {d.desired}</td>
+                    <td class="num">{d.updated}</td>
+                    <td><code>{d.current_revision}</code> " → " <code>{d.update_revision}</code></td>
+                    <td class="rollout">{d.rollout.unwrap_or_else(|| "-".into())}</td>
+                    <td class="conditions">{conditions}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <h2>"AgentDeployments"</h2>
+        {error}
+        <table id="deployments">
+            <thead>
+                <tr><th>"namespace"</th><th>"name"</th><th class="num">"ready"</th><th class="num">"updated"</th>
+                    <th>"revision"</th><th>"rollout"</th><th>"conditions"</th></tr>
+            </thead>
+            <tbody>{rows}</tbody>
+        </table>
+    }
+    .into_any()
 }

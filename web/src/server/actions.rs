@@ -121,8 +121,8 @@ pub async fn drain(
     }
     .await;
     let entry = dashboard
-        .audit
-        .record(&viewer.name, "drain", &form.replica, outcome);
+        .audit(&viewer.name, "drain", &form.replica, outcome)
+        .await;
     Redirect::to(&format!("/dashboard/replicas?done={}", entry.id)).into_response()
 }
 
@@ -188,8 +188,8 @@ pub async fn takeover(
     }
     .await;
     let entry = dashboard
-        .audit
-        .record(&viewer.name, "takeover", &target, outcome);
+        .audit(&viewer.name, "takeover", &target, outcome)
+        .await;
     let back = if data::session_key(&form.tenant, &form.session).is_ok() {
         session_path(&form.tenant, &form.session)
     } else {

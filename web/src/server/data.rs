@@ -8,7 +8,7 @@ use baton_views::{PageKey, ReplicaView, SessionSummary};
 use futures::future::join_all;
 
 use crate::model::{
-    FileRow, Filters, ReplicaRow, ReplicasData, SessionData, SessionRow, SessionsData,
+    ClusterView, FileRow, Filters, ReplicaRow, ReplicasData, SessionData, SessionRow, SessionsData,
 };
 use crate::server::{Dashboard, PAGE_SIZE, TURN_HISTORY, now_ms};
 
@@ -251,9 +251,23 @@ pub async fn replicas(dashboard: &Dashboard) -> Result<ReplicasData, String> {
             }
         })
         .collect();
+    let cluster = match &dashboard.cluster {
+        Some(cluster) => Some(match cluster.deployments().await {
+            Ok(deployments) => ClusterView {
+                deployments,
+                error: None,
+            },
+            Err(e) => ClusterView {
+                deployments: Vec::new(),
+                error: Some(e),
+            },
+        }),
+        None => None,
+    };
     Ok(ReplicasData {
         replicas,
         now_ms: now,
+        cluster,
     })
 }
 

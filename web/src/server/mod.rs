@@ -7,6 +7,7 @@ pub mod actions;
 pub mod audit;
 pub mod auth;
 pub mod catalog;
+pub mod cluster;
 pub mod data;
 pub mod live;
 pub mod samples;
@@ -58,6 +59,8 @@ pub struct Dashboard {
     pub samples: samples::Samples,
     /// Reads shared by the open pages' live updates.
     pub live_pages: live::SharedReads,
+    /// Kubernetes access, when given (`--kubernetes`).
+    pub cluster: Option<cluster::Cluster>,
 }
 
 impl Dashboard {
@@ -67,8 +70,8 @@ impl Dashboard {
         sidecars: Sidecars,
         auth: Auth,
         audit: Audit,
-    ) -> Arc<Self> {
-        Arc::new(Self {
+    ) -> Self {
+        Self {
             catalog,
             workspaces,
             sidecars,
@@ -76,7 +79,29 @@ impl Dashboard {
             audit,
             samples: samples::Samples::default(),
             live_pages: live::SharedReads::default(),
-        })
+            cluster: None,
+        }
+    }
+
+    /// Adds the cluster view and the audit events.
+    pub fn with_cluster(mut self, cluster: cluster::Cluster) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// Records an action in the audit log (and, in a cluster, as an event).
+    pub async fn audit(
+        &self,
+        who: &str,
+        action: &str,
+        target: &str,
+        outcome: Result<String, String>,
+    ) -> crate::model::AuditEntry {
+        let entry = self.audit.record(who, action, target, outcome);
+        if let Some(cluster) = &self.cluster {
+            cluster.record(&entry).await;
+        }
+        entry
     }
 
     /// Starts sampling the replicas in the background (their plots).
@@ -245,6 +270,17 @@ pub struct DashboardArgs {
     /// unset: kept in memory only.
     #[arg(long, env = "BATON_DASHBOARD_AUDIT_LOG")]
     pub audit_log: Option<std::path::PathBuf>,
+
+    /// Show the cluster's `AgentDeployment`s, and record every action as an
+    /// event on this deployment's (named by `--store-namespace`
+    /// `<namespace>.<name>`). Uses the kubeconfig, or the pod's service
+    /// account; needs list on agentdeployments and create on events.
+    #[arg(long, env = "BATON_DASHBOARD_KUBERNETES")]
+    pub kubernetes: bool,
+
+    /// With `--kubernetes`: list this namespace's `AgentDeployment`s only.
+    #[arg(long, env = "BATON_DASHBOARD_KUBERNETES_NAMESPACE")]
+    pub kubernetes_namespace: Option<String>,
 }
 
 /// A listener whose connections send at once: pages are streamed in
@@ -317,13 +353,20 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         None => Audit::in_memory(),
     };
     let open = auth.is_open();
-    let dashboard = Dashboard::new(
+    let mut dashboard = Dashboard::new(
         catalog,
         Some(workspaces),
         Sidecars::new(args.admin_token.clone()),
         auth,
         audit,
     );
+    if args.kubernetes {
+        dashboard = dashboard.with_cluster(
+            cluster::Cluster::connect(args.kubernetes_namespace.clone(), &args.store_namespace)
+                .await?,
+        );
+    }
+    let dashboard = Arc::new(dashboard);
     dashboard.start_sampling();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -1,0 +1,132 @@
+//! The dashboard's cluster view on a real control plane: `baton dashboard
+//! --kubernetes` lists the `AgentDeployment`s with their replicas,
+//! revisions and conditions, and records each action as an event on its
+//! deployment's `AgentDeployment`. No operator runs here: the test writes
+//! the status one would.
+
+mod operator_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use baton_testkit::poll_async_every;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use operator_support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_agent_deployments_and_records_actions_as_events() {
+    let cp = control_plane();
+    let client = cp.admin_client().await;
+    let ns = namespace(&client, "dashboard").await;
+    apply_yaml(cp, &ns, &example("minimal.yaml"));
+    let status = r#"{"status":{"replicas":2,"readyReplicas":1,"updatedReplicas":2,
+        "currentRevision":"rev-old","updateRevision":"rev-new",
+        "conditions":[{"type":"Ready","status":"False","reason":"ReplicasNotReady",
+          "message":"1 of 2 replicas <ready>","lastTransitionTime":"2026-12-05T10:00:00Z"}]}}"#;
+    kubectl_ok(
+        cp,
+        &[
+            "patch",
+            "agentdeployment",
+            "support-bot",
+            "-n",
+            &ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        ],
+        None,
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    baton_session::sqlite::SqliteStore::open(&db).await.unwrap();
+    let mut dashboard = Command::new(BATON)
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--kubernetes"])
+        .arg("--sqlite-path")
+        .arg(&db)
+        .arg("--objects-dir")
+        .arg(dir.path().join("objects"))
+        .arg(format!("--store-namespace={ns}.support-bot"))
+        .env("KUBECONFIG", cp.kubeconfig())
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(dashboard.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let base = first
+        .trim()
+        .strip_prefix("baton dashboard listening on ")
+        .and_then(|rest| rest.strip_suffix("/dashboard"))
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let get = |path: String| {
+        let http = http.clone();
+        let url = format!("{base}{path}");
+        async move { http.get(&url).send().await.unwrap().text().await.unwrap() }
+    };
+
+    let page = get("/dashboard/replicas".into()).await;
+    assert!(
+        page.contains(&format!("data-name=\"{ns}/support-bot\"")),
+        "{page}"
+    );
+    for text in [
+        "ReplicasNotReady",
+        "1 of 2 replicas &lt;ready&gt;",
+        "rev-old",
+        "rev-new",
+    ] {
+        assert!(page.contains(text), "{text}: {page}");
+    }
+
+    // An action (a drain of a replica that does not exist: it fails, and
+    // is audited all the same) becomes an event on the AgentDeployment.
+    let confirm = get("/dashboard/confirm?action=drain&replica=replica-9".into()).await;
+    let at = confirm
+        .find("name=\"csrf\" value=\"")
+        .expect("a csrf field")
+        + 19;
+    let csrf = &confirm[at..at + 64];
+    let answer = http
+        .post(format!("{base}/dashboard/actions/drain"))
+        .form(&[("replica", "replica-9"), ("csrf", csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 303);
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let event = poll_async_every(POLL, CONVERGE, "the audit event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("DashboardDrainFailed"))
+    })
+    .await;
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("support-bot")
+    );
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("drain by dev (loopback): replica-9"),
+        "{note}"
+    );
+    assert!(note.contains("no live replica"), "{note}");
+    let _ = dashboard.kill();
+    drop(stdout);
+    let _ = dashboard.wait();
+}

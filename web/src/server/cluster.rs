@@ -1,0 +1,152 @@
+//! The cluster view, when the dashboard has Kubernetes access
+//! (`--kubernetes`: the kubeconfig, or the pod's service account): every
+//! `AgentDeployment` it may list, with its replicas, revisions, rollout and
+//! conditions; and a Kubernetes event on this deployment's
+//! `AgentDeployment` for every action (its store namespace,
+//! `<namespace>.<name>`, names it).
+
+use baton_api::AgentDeployment;
+use kube::api::{Api, ListParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::model::{AuditEntry, ConditionRow, DeploymentRow};
+
+pub struct Cluster {
+    client: kube::Client,
+    /// Lists this namespace only; every namespace when `None`.
+    namespace: Option<String>,
+    /// The `AgentDeployment` whose stores the dashboard reads.
+    deployment: Option<(String, String)>,
+    recorder: Recorder,
+}
+
+impl Cluster {
+    /// Connects with the default client configuration (`KUBECONFIG`,
+    /// `~/.kube/config`, or in-cluster).
+    pub async fn connect(namespace: Option<String>, store_namespace: &str) -> Result<Self, String> {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| format!("Kubernetes: no client configuration: {e}"))?;
+        let deployment = store_namespace
+            .split_once('.')
+            .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "baton-dashboard".into(),
+                instance: std::env::var("HOSTNAME").ok(),
+            },
+        );
+        Ok(Self {
+            client,
+            namespace,
+            deployment,
+            recorder,
+        })
+    }
+
+    fn api(&self) -> Api<AgentDeployment> {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    pub async fn deployments(&self) -> Result<Vec<DeploymentRow>, String> {
+        let list = self
+            .api()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing AgentDeployments: {}", reason(&e)))?;
+        Ok(list.items.iter().map(row).collect())
+    }
+
+    /// Publishes `entry` as an event on this deployment's `AgentDeployment`
+    /// (nothing when the store namespace names none). Failures are logged:
+    /// the action happened either way, and the audit log has it.
+    pub async fn record(&self, entry: &AuditEntry) {
+        let Some((namespace, name)) = &self.deployment else {
+            return;
+        };
+        let api: Api<AgentDeployment> = Api::namespaced(self.client.clone(), namespace);
+        let agd = match api.get(name).await {
+            Ok(agd) => agd,
+            Err(e) => {
+                tracing::warn!(%namespace, %name, error = %e, "dashboard: no AgentDeployment for the audit event");
+                return;
+            }
+        };
+        let event = Event {
+            type_: if entry.ok {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: match (entry.action.as_str(), entry.ok) {
+                ("drain", true) => "DashboardDrain",
+                ("drain", false) => "DashboardDrainFailed",
+                (_, true) => "DashboardTakeover",
+                (_, false) => "DashboardTakeoverFailed",
+            }
+            .into(),
+            note: Some(
+                format!(
+                    "{} by {}: {} {}",
+                    entry.action, entry.who, entry.target, entry.detail
+                )
+                .chars()
+                .take(1000)
+                .collect(),
+            ),
+            action: entry.action.clone(),
+            secondary: None,
+        };
+        use kube::Resource as _;
+        if let Err(e) = self.recorder.publish(&event, &agd.object_ref(&())).await {
+            tracing::warn!(error = %e, "dashboard: publishing the audit event failed");
+        }
+    }
+}
+
+fn row(agd: &AgentDeployment) -> DeploymentRow {
+    let status = agd.status.clone().unwrap_or_default();
+    DeploymentRow {
+        namespace: agd.metadata.namespace.clone().unwrap_or_default(),
+        name: agd.metadata.name.clone().unwrap_or_default(),
+        desired: agd.spec.replicas,
+        replicas: status.replicas,
+        ready: status.ready_replicas,
+        updated: status.updated_replicas,
+        current_revision: status.current_revision.unwrap_or_default(),
+        update_revision: status.update_revision.unwrap_or_default(),
+        rollout: status.rollout.map(|r| {
+            let mut text = format!("{:?}", r.phase);
+            if let Some(pod) = r.draining_replica {
+                text.push_str(&format!(", draining {pod}"));
+            }
+            if let Some(message) = r.message {
+                text.push_str(&format!(": {message}"));
+            }
+            text
+        }),
+        conditions: status
+            .conditions
+            .into_iter()
+            .map(|c| ConditionRow {
+                type_: c.type_,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+                since_ms: c.last_transition_time.0.as_millisecond().max(0) as u64,
+            })
+            .collect(),
+    }
+}
+
+/// What the API server said, without the request's URL.
+fn reason(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        _ => "the API server did not answer".into(),
+    }
+}
