@@ -8,7 +8,6 @@ mod operator_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use baton_testkit::poll_async_every;
 use k8s_openapi::api::events::v1::Event;
