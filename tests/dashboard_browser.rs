@@ -129,7 +129,7 @@ async fn dashboard_in_a_browser(stores: Stores) {
         let (http, url) = (dev.http.clone(), dev.url.clone());
         tokio::spawn(async move {
             http.post(format!("{url}/api/chat"))
-                .json(&json!({ "sessionId": "s-long", "input": "/sleep 3000" }))
+                .json(&json!({ "sessionId": "s-long", "input": "/sleep 6000" }))
                 .send()
                 .await
                 .unwrap()
@@ -144,6 +144,18 @@ async fn dashboard_in_a_browser(stores: Stores) {
         })
         .await;
     browser.screenshot("sessions-leased").await;
+    // Its page says since when the holder has it.
+    browser
+        .goto(&format!("{}/dashboard/sessions/default/s-long", dev.url))
+        .await;
+    let held = browser
+        .wait_text("#lease", "the lease's acquisition", |t| {
+            t.contains("acquired")
+        })
+        .await;
+    assert!(held.contains("expires in"), "{held}");
+    browser.goto(&format!("{}/dashboard", dev.url)).await;
+    hydrated(&browser).await;
     let done = long.await.unwrap();
     assert_eq!(done["status"], "OK", "{done}");
     assert!(

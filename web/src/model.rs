@@ -126,6 +126,9 @@ pub struct SessionData {
     pub files: Vec<FileRow>,
     /// The agent's state, only when asked to reveal it (personal data).
     pub state: Option<String>,
+    /// How long the lease's holder has run the turn that holds it (from
+    /// the holder's sidecar; `None` when free or when it did not answer).
+    pub lease_held_ms: Option<u64>,
     pub now_ms: u64,
     pub warnings: Vec<String>,
 }

@@ -237,6 +237,7 @@ async fn pages_need_a_sign_in_and_a_known_token() {
         page.body
     );
     assert_eq!(page.headers["x-frame-options"], "DENY");
+    assert_eq!(page.headers[header::CACHE_CONTROL], "no-store");
     // Signing out ends it.
     let out = post_form(&f.router, &cookie, "/dashboard/signout", "").await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);

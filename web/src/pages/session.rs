@@ -100,11 +100,18 @@ fn SessionView(data: SessionData, viewer: Viewer) -> impl IntoView {
         }
         .into_any();
     };
+    let held = data.lease_held_ms.map(|ms| {
+        format!(
+            ", acquired {} ({} ago)",
+            clock(now.saturating_sub(ms)),
+            duration(ms)
+        )
+    });
     let lease = match &view.lease {
         Some(l) => view! {
             <span class="leased" id="lease">
-                {l.owner.clone()} " runs turn " {l.turn_seq} " (fence " {l.fence} "), expires "
-                {expires(now, l.expires_at_ms)}
+                {l.owner.clone()} " runs turn " {l.turn_seq} " (fence " {l.fence} ")" {held}
+                ", expires " {expires(now, l.expires_at_ms)}
             </span>
         }
         .into_any(),

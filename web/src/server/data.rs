@@ -176,6 +176,17 @@ pub async fn session(
             Err(e) => warnings.push(e),
         }
     }
+    let lease_held_ms = match view.as_ref().and_then(|v| v.lease.as_ref()) {
+        // A holder that hangs (why one looks) must not hold the page up.
+        Some(lease) => tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            held_for(dashboard, &lease.owner, tenant, session),
+        )
+        .await
+        .ok()
+        .flatten(),
+        None => None,
+    };
     let state = if reveal_state && view.is_some() {
         dashboard
             .catalog
@@ -191,9 +202,23 @@ pub async fn session(
         view,
         files,
         state,
+        lease_held_ms,
         now_ms: now_ms(),
         warnings,
     })
+}
+
+/// How long `holder` has been running its turn of the session: its
+/// sidecar's in-flight list says (the lease is granted as the turn starts).
+async fn held_for(dashboard: &Dashboard, holder: &str, tenant: &str, session: &str) -> Option<u64> {
+    let replicas = dashboard.catalog.replicas().await.ok()?;
+    let replica = replicas.iter().find(|r| r.id == holder)?;
+    let status = dashboard.sidecars.status(replica).await.ok()?;
+    status
+        .turns
+        .iter()
+        .find(|t| t.tenant == tenant && t.session == session)
+        .map(|t| t.running_ms)
 }
 
 async fn workspace_files(dashboard: &Dashboard, reference: &str) -> Result<Vec<FileRow>, String> {

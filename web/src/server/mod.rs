@@ -184,10 +184,18 @@ async fn signed_in(
     auth::require_viewer(&dashboard.auth, request, next).await
 }
 
-/// No framing, no sniffing, no referrer beyond the dashboard.
+/// No framing, no sniffing, no referrer beyond the dashboard, and no copy
+/// kept of what it shows (`no-store`: sessions are private data). It also
+/// keeps pages out of the browser's back/forward cache, where a frozen page
+/// held its live-update connection open: six of them took every connection
+/// the browser allows a host, and the next page waited 47 s for one.
 async fn page_headers(request: Request, next: Next) -> Response {
+    let bundle = request.uri().path().starts_with("/dashboard/pkg/");
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
+    if !bundle {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
     headers
         .entry(header::X_CONTENT_TYPE_OPTIONS)
