@@ -1,6 +1,7 @@
-//! Live updates: server-sent events carrying a page's data whenever it
-//! changed, read once a second per open page. The hydrated page replaces
-//! what it shows with each event; without JavaScript nothing connects.
+//! Live updates: server-sent events carrying a page's data, read once a
+//! second per open page (pages with the same filters share the read). The
+//! hydrated page replaces what it shows with each event; without
+//! JavaScript nothing connects.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -18,8 +19,9 @@ use crate::server::{Dashboard, data};
 /// How often an open page's data is read again.
 pub const EVERY: Duration = Duration::from_secs(1);
 
-/// Reads `read` every [`EVERY`] and sends what it returns when it differs
-/// from what was sent last; an error is sent as an `error` event.
+/// Reads `read` every [`EVERY`] and sends what it returns; an error is
+/// sent as an `error` event. Every read is sent, changed or not: the data
+/// carries the server's clock, which lease countdowns are computed from.
 fn changes<T, F, Fut>(read: F) -> Sse<impl Stream<Item = Result<Event, Infallible>>>
 where
     T: Serialize,
@@ -27,26 +29,16 @@ where
     Fut: std::future::Future<Output = Result<T, String>> + Send,
 {
     let stream = futures::stream::unfold(
-        (read, None::<String>, tokio::time::interval(EVERY)),
-        |(read, mut last, mut tick)| async move {
-            loop {
-                tick.tick().await;
-                let event = match read().await {
-                    Ok(value) => {
-                        let json = serde_json::to_string(&value).unwrap_or_default();
-                        if last.as_deref() == Some(json.as_str()) {
-                            continue;
-                        }
-                        last = Some(json.clone());
-                        Event::default().data(json)
-                    }
-                    Err(e) => {
-                        last = None;
-                        Event::default().event("error").data(e)
-                    }
-                };
-                return Some((Ok(event), (read, last, tick)));
-            }
+        (read, tokio::time::interval(EVERY)),
+        |(read, mut tick)| async move {
+            tick.tick().await;
+            let event = match read().await {
+                Ok(value) => {
+                    Event::default().data(serde_json::to_string(&value).unwrap_or_default())
+                }
+                Err(e) => Event::default().event("error").data(e),
+            };
+            Some((Ok(event), (read, tick)))
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::default())

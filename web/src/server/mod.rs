@@ -41,11 +41,7 @@ pub mod assets {
     include!(concat!(env!("OUT_DIR"), "/assets.rs"));
 }
 
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use baton_session::turn_record::now_ms;
 
 /// Everything the pages read and the actions call.
 pub struct Dashboard {
