@@ -374,17 +374,37 @@ pub struct SidecarSpec {
     pub resources: Option<ResourceRequirements>,
 }
 
-/// How the operator replaces replicas on a change.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+/// How the operator replaces replicas on a change: one pod at a time (at
+/// most `maxUnavailable`), each drained and its sessions handed over before
+/// it is deleted, the next only once its replacement is ready.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("duration(self.progressDeadline) >= duration('10s') && duration(self.progressDeadline) <= duration('24h')").message("progressDeadline must be between 10s and 24h").field_path(".progressDeadline")
+)]
 pub struct RolloutSpec {
-    /// Stop replacing replicas; the current ones keep serving.
+    /// Stop between pods; the ones already replaced and the old ones keep
+    /// serving. Unset it (or `baton rollout resume`) to go on.
     #[serde(default)]
     pub paused: bool,
     /// Replicas drained and replaced at the same time.
     #[serde(default = "default_max_unavailable")]
     #[schemars(range(min = 1, max = 1000))]
     pub max_unavailable: i32,
+    /// How long a replaced pod may take to become ready before the rollout
+    /// stops (`Progressing=False`, reason `ProgressDeadlineExceeded`) and
+    /// touches no other pod.
+    #[serde(default = "default_progress_deadline")]
+    #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
+    pub progress_deadline: String,
+    /// Let the rollout replace replicas with a sidecar whose data layout in
+    /// the stores differs from the running one's. Replicas of two layouts
+    /// must not share a Redis, so the rollout then takes every old replica
+    /// out before a new one serves (sessions wait, none is lost). Without
+    /// it the operator refuses such a rollout (condition `Progressing`,
+    /// reason `LayoutIncompatible`).
+    #[serde(default)]
+    pub migrate_layout: bool,
 }
 
 impl Default for RolloutSpec {
@@ -392,12 +412,18 @@ impl Default for RolloutSpec {
         Self {
             paused: false,
             max_unavailable: default_max_unavailable(),
+            progress_deadline: default_progress_deadline(),
+            migrate_layout: false,
         }
     }
 }
 
 fn default_max_unavailable() -> i32 {
     1
+}
+
+fn default_progress_deadline() -> String {
+    "10m".into()
 }
 
 /// Observed state, written by the operator through the status subresource.
@@ -426,18 +452,56 @@ pub struct AgentDeploymentStatus {
     pub selector: Option<String>,
 }
 
-/// Progress of a rolling release driven by the operator.
+/// Progress of a rolling release driven by the operator. Together with the
+/// pods' revision labels and drain annotations it is the rollout's whole
+/// state: an operator that restarts, or a new leader, resumes from it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStatus {
     pub phase: RolloutPhase,
-    /// The pod currently being drained, if any.
+    /// The revision being rolled out (the replica StatefulSet's update revision).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub draining_replica: Option<String>,
+    pub revision: Option<String>,
+    /// The pod being replaced now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// What happens to that pod now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RolloutStep>,
+    /// When the current step began (the progress deadline counts from the
+    /// deletion of the old pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_started_at: Option<Time>,
+    /// Replicas running the revision.
+    #[serde(default)]
+    pub updated: i32,
+    /// Replicas wanted.
+    #[serde(default)]
+    pub total: i32,
+    /// When this revision's rollout began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// The last thing the rollout did, in words (e.g. "drained demo-2 in
+    /// 412 ms, 1 turn handed over").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_step: Option<String>,
+    /// Why the rollout waits or stopped, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+impl RolloutStatus {
+    /// One line for people: `Progressing 1/3, demo-2 Draining: why`.
+    pub fn summary(&self) -> String {
+        let mut text = format!("{:?} {}/{}", self.phase, self.updated, self.total);
+        if let (Some(pod), Some(step)) = (&self.pod, self.step) {
+            text.push_str(&format!(", {pod} {step:?}"));
+        }
+        if let Some(message) = &self.message {
+            text.push_str(&format!(": {message}"));
+        }
+        text
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -451,6 +515,17 @@ pub enum RolloutPhase {
     Paused,
     /// The rollout cannot make progress (see conditions).
     Stalled,
+}
+
+/// The steps of one pod's replacement, in order.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutStep {
+    /// New turns are refused; running ones get `drainTimeout` to finish.
+    Draining,
+    /// Drained; its sessions are handed over and the pod is deleted.
+    Replacing,
+    /// Waiting for the replacement pod of the new revision to be ready.
+    WaitingReady,
 }
 
 /// Condition types in `status.conditions`.

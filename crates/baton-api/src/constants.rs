@@ -35,6 +35,17 @@ pub mod annotations {
     /// before this annotation is added): an unchanged desired object is not
     /// applied again, so a resync writes nothing.
     pub const APPLIED_HASH: &str = "baton.dev/applied-hash";
+    /// On the pod template, from `spec.podAnnotations`: `baton rollout
+    /// restart` sets it to the time, a new revision the rollout replaces.
+    pub const RESTARTED_AT: &str = "baton.dev/restarted-at";
+    /// On a replica pod the rollout is draining: when the drain began
+    /// (RFC 3339). The rollout's progress lives in the API, so an operator
+    /// that restarts finds the drain it started and never deletes a pod it
+    /// has not drained.
+    pub const DRAIN_STARTED_AT: &str = "baton.dev/drain-started-at";
+    /// On a replica pod: the data layout of its sidecar (what the rollout
+    /// compares before replacing the others), read from the sidecar.
+    pub const LAYOUT: &str = "baton.dev/layout";
     /// Prefix reserved for Baton's own annotations.
     pub const RESERVED_PREFIX: &str = "baton.dev/";
 }
@@ -59,6 +70,12 @@ pub mod paths {
     /// Starts a drain and blocks until the in-flight turns finished or the
     /// drain timeout passed. A GET because kubelet's httpGet hooks only GET.
     pub const PRESTOP: &str = "/v1/admin/prestop";
+    /// Starts a drain (`?wait=true`: and waits for it).
+    pub const DRAIN: &str = "/v1/admin/drain";
+    /// What the replica runs: draining, turns in flight, layout.
+    pub const STATUS: &str = "/v1/admin/status";
+    /// After a drain: releases every lease the replica still holds.
+    pub const HANDOVER: &str = "/v1/admin/handover";
 }
 
 /// Environment variables injected into the pods.
@@ -67,6 +84,11 @@ pub mod env {
     pub const POD_NAMESPACE: &str = "BATON_POD_NAMESPACE";
     /// The pod's IP (downward API), for [`ADVERTISE_URL`].
     pub const POD_IP: &str = "BATON_POD_IP";
+    /// The node's IP (downward API): the kubelet's preStop hooks come from
+    /// it, and may drain without a token (they cannot carry a secret).
+    pub const HOST_IP: &str = "BATON_HOST_IP";
+    /// The admin token the operator calls the sidecars' admin API with.
+    pub const ADMIN_TOKENS: &str = "BATON_ADMIN_TOKENS";
     /// Where the sidecar's API answers others (the dashboard), said with
     /// its heartbeats.
     pub const ADVERTISE_URL: &str = "BATON_ADVERTISE_URL";
@@ -114,6 +136,8 @@ pub mod secret_keys {
     pub const REGION: &str = "region";
     pub const ACCESS_KEY_ID: &str = "accessKeyId";
     pub const SECRET_ACCESS_KEY: &str = "secretAccessKey";
+    /// The admin token in the deployment's admin Secret.
+    pub const TOKEN: &str = "token";
 }
 
 /// Default images. Pinned tags so a render is reproducible.

@@ -73,6 +73,10 @@ impl ChildNames {
     pub fn minio(&self) -> String {
         self.suffixed("minio")
     }
+    /// The Secret with the admin token the operator calls the sidecars with.
+    pub fn admin_secret(&self) -> String {
+        self.suffixed("admin")
+    }
     /// The Job that creates the bucket in the managed MinIO.
     pub fn bucket_job(&self) -> String {
         self.suffixed("minio-bucket")

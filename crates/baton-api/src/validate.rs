@@ -34,6 +34,8 @@ pub mod bounds {
     pub const DRAIN_TIMEOUT_MIN: Duration = Duration::from_secs(1);
     pub const DRAIN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
     pub const HEARTBEAT_INTERVAL_MIN: Duration = Duration::from_millis(50);
+    pub const PROGRESS_DEADLINE_MIN: Duration = Duration::from_secs(10);
+    pub const PROGRESS_DEADLINE_MAX: Duration = Duration::from_secs(24 * 3600);
     /// Longest number in a duration string; keeps the arithmetic far from overflow.
     pub const DURATION_MAX_DIGITS: usize = 12;
 }
@@ -94,6 +96,8 @@ pub struct ValidAgentDeployment {
     pub name: String,
     pub names: ChildNames,
     pub timings: SessionTimings,
+    /// `spec.rollout.progressDeadline`, parsed.
+    pub progress_deadline: Duration,
     pub sidecar_image: String,
     pub redis: Dependency<ManagedRedis, ExternalUrl>,
     pub postgres: Dependency<ManagedStore, ExternalUrl>,
@@ -417,12 +421,13 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
         let field = format!("spec.podAnnotations[{key:?}]");
         c.label_key(&field, key);
         c.require(
-            !key.starts_with(annotations::RESERVED_PREFIX),
+            !key.starts_with(annotations::RESERVED_PREFIX) || key == annotations::RESTARTED_AT,
             &field,
             || {
                 format!(
-                    "keys under {} are reserved for Baton",
-                    annotations::RESERVED_PREFIX
+                    "keys under {} are reserved for Baton (except {}, which `baton rollout restart` sets)",
+                    annotations::RESERVED_PREFIX,
+                    annotations::RESTARTED_AT
                 )
             },
         );
@@ -488,6 +493,24 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
         c.image("spec.sidecar.image", image);
     }
     c.resources("spec.sidecar.resources", spec.sidecar.resources.as_ref());
+    let progress_deadline = c.duration(
+        "spec.rollout.progressDeadline",
+        &spec.rollout.progress_deadline,
+    );
+    if let Some(d) = progress_deadline {
+        c.require(
+            (bounds::PROGRESS_DEADLINE_MIN..=bounds::PROGRESS_DEADLINE_MAX).contains(&d),
+            "spec.rollout.progressDeadline",
+            || {
+                format!(
+                    "{} must be between {} and {}",
+                    format_duration(d),
+                    format_duration(bounds::PROGRESS_DEADLINE_MIN),
+                    format_duration(bounds::PROGRESS_DEADLINE_MAX)
+                )
+            },
+        );
+    }
     c.require(
         (1..=MAX_REPLICAS).contains(&spec.rollout.max_unavailable),
         "spec.rollout.maxUnavailable",
@@ -533,25 +556,28 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
         }
     }
 
-    match (timings, redis, postgres, object_store) {
-        (Some(timings), Some(redis), Some(postgres), Some(object_store))
-            if c.violations.is_empty() =>
-        {
-            Ok(ValidAgentDeployment {
-                resource: resource.clone(),
-                name,
-                names,
-                timings,
-                sidecar_image: spec
-                    .sidecar
-                    .image
-                    .clone()
-                    .unwrap_or_else(|| images::SIDECAR.into()),
-                redis,
-                postgres,
-                object_store,
-            })
-        }
+    match (timings, redis, postgres, object_store, progress_deadline) {
+        (
+            Some(timings),
+            Some(redis),
+            Some(postgres),
+            Some(object_store),
+            Some(progress_deadline),
+        ) if c.violations.is_empty() => Ok(ValidAgentDeployment {
+            resource: resource.clone(),
+            name,
+            names,
+            timings,
+            progress_deadline,
+            sidecar_image: spec
+                .sidecar
+                .image
+                .clone()
+                .unwrap_or_else(|| images::SIDECAR.into()),
+            redis,
+            postgres,
+            object_store,
+        }),
         _ => Err(ValidationErrors(c.violations)),
     }
 }

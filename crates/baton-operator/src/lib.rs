@@ -18,6 +18,7 @@ mod leader;
 pub mod metrics;
 pub mod rbac;
 pub mod reconcile;
+pub mod rollout;
 pub mod status;
 
 use std::net::SocketAddr;

@@ -74,8 +74,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         group: "",
         resources: &["pods"],
-        verbs: READ,
-        why: "replica pods for the status",
+        verbs: &["get", "list", "watch", "patch", "delete"],
+        why: "replica pods: the status, and the rollout marks the pod it drains and deletes it once drained",
     },
     Rule {
         group: "events.k8s.io",

@@ -294,7 +294,13 @@ fn managed_credentials(
     let redis = data(valid.names.redis());
     let postgres = data(valid.names.postgres());
     let minio = data(valid.names.minio());
-    Credentials::reuse_or_generate(redis.as_ref(), postgres.as_ref(), minio.as_ref())
+    let admin = data(valid.names.admin_secret());
+    Credentials::reuse_or_generate(
+        redis.as_ref(),
+        postgres.as_ref(),
+        minio.as_ref(),
+        admin.as_ref(),
+    )
 }
 
 /// Every external store Secret that is missing or lacks a key the sidecar

@@ -22,6 +22,14 @@ pub struct Credentials {
     pub postgres_password: String,
     pub object_store_access_key_id: String,
     pub object_store_secret_access_key: String,
+    /// The token the operator calls the sidecars' admin API with (drain,
+    /// handover during a rollout). Generated when a credentials file has none.
+    #[serde(default = "admin_token")]
+    pub admin_token: String,
+}
+
+fn admin_token() -> String {
+    random(PASSWORD_LEN)
 }
 
 fn random(len: usize) -> String {
@@ -36,6 +44,7 @@ impl Credentials {
             postgres_password: random(PASSWORD_LEN),
             object_store_access_key_id: format!("baton{}", random(15).to_lowercase()),
             object_store_secret_access_key: random(PASSWORD_LEN),
+            admin_token: admin_token(),
         }
     }
 
@@ -45,6 +54,7 @@ impl Credentials {
         redis: Option<&BTreeMap<String, ByteString>>,
         postgres: Option<&BTreeMap<String, ByteString>>,
         object_store: Option<&BTreeMap<String, ByteString>>,
+        admin: Option<&BTreeMap<String, ByteString>>,
     ) -> Self {
         let fresh = Self::generate();
         let read = |data: Option<&BTreeMap<String, ByteString>>, key: &str, fallback: String| {
@@ -66,6 +76,7 @@ impl Credentials {
                 secret_keys::SECRET_ACCESS_KEY,
                 fresh.object_store_secret_access_key,
             ),
+            admin_token: read(admin, secret_keys::TOKEN, fresh.admin_token),
         }
     }
 }
@@ -84,6 +95,7 @@ mod tests {
             &a.redis_password,
             &a.postgres_password,
             &a.object_store_secret_access_key,
+            &a.admin_token,
         ] {
             assert_eq!(value.len(), PASSWORD_LEN);
             assert!(value.chars().all(|c| c.is_ascii_alphanumeric()));
@@ -93,7 +105,7 @@ mod tests {
     #[test]
     fn existing_credentials_are_kept_and_only_missing_ones_generated() {
         let postgres = secret_data([(secret_keys::PASSWORD, "in-use-by-the-database".to_owned())]);
-        let creds = Credentials::reuse_or_generate(None, Some(&postgres), None);
+        let creds = Credentials::reuse_or_generate(None, Some(&postgres), None, None);
         assert_eq!(creds.postgres_password, "in-use-by-the-database");
         assert_eq!(creds.redis_password.len(), PASSWORD_LEN);
     }

@@ -167,6 +167,7 @@ pub fn build(agd: &ValidAgentDeployment, creds: &Credentials) -> DesiredState {
         state.stateful_sets.push(store.stateful_set);
     }
     state.jobs.extend(bucket_job);
+    state.secrets.push(replicas::admin_secret(agd, creds));
 
     let config = RuntimeConfig::new(agd);
     let digests: Vec<_> = state.secrets.iter().map(secret_digest).collect();

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use baton_api::ValidAgentDeployment;
 use baton_api::constants::{
     NON_ROOT_UID, TERMINATION_GRACE_MARGIN_SECONDS, annotations, env, mounts, paths, ports,
+    secret_keys,
 };
 use baton_api::validate::{Dependency, format_duration};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, Lifecycle,
-    LifecycleHandler, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, Service,
+    LifecycleHandler, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, Secret, Service,
     ServiceAccount, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -20,8 +21,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 
+use crate::credentials::Credentials;
 use crate::meta::{App, label_selector, labels, object_meta, selector_labels};
-use crate::parts::{container_security, env_from_field, env_value, pod_security, service_port};
+use crate::parts::{
+    container_security, env_from_field, env_from_secret, env_value, pod_security, secret_data,
+    service_port,
+};
 
 const WORKSPACE_VOLUME: &str = "workspace";
 const SIDECAR_TMP_VOLUME: &str = "baton-tmp";
@@ -111,6 +116,20 @@ pub fn config_map(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> ConfigM
         metadata: object_meta(agd, App::Agent, agd.names.config_map()),
         data: Some(config.0.clone()),
         ..ConfigMap::default()
+    }
+}
+
+/// The admin token the operator drains and hands over replicas with; the
+/// sidecars read it from here (`BATON_ADMIN_TOKENS`).
+pub fn admin_secret(agd: &ValidAgentDeployment, creds: &Credentials) -> Secret {
+    Secret {
+        metadata: object_meta(agd, App::Agent, agd.names.admin_secret()),
+        type_: Some("Opaque".into()),
+        data: Some(secret_data([(
+            secret_keys::TOKEN,
+            creds.admin_token.clone(),
+        )])),
+        ..Secret::default()
     }
 }
 
@@ -262,6 +281,13 @@ fn sidecar_container(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> Cont
         env_from_field(env::REPLICA_ID, "metadata.name"),
         env_from_field(env::POD_NAMESPACE, "metadata.namespace"),
         env_from_field(env::POD_IP, "status.podIP"),
+        env_from_field(env::HOST_IP, "status.hostIP"),
+        env_from_secret(
+            env::ADMIN_TOKENS,
+            &agd.names.admin_secret(),
+            secret_keys::TOKEN,
+            false,
+        ),
         // Kubernetes expands `$(VAR)` from the variables listed before it.
         k8s_openapi::api::core::v1::EnvVar {
             name: env::ADVERTISE_URL.into(),

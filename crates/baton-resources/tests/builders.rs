@@ -32,6 +32,7 @@ fn creds() -> Credentials {
         postgres_password: "pg-pw-Q7x".into(),
         object_store_access_key_id: "access".into(),
         object_store_secret_access_key: "s3-key-Q7x".into(),
+        admin_token: "admin-token-for-tests-0123".into(),
     }
 }
 
@@ -329,7 +330,7 @@ fn managed_dependencies_yield_their_objects() {
                 .map(|s| s.metadata.name.clone())
                 .collect()
         ),
-        ["bot-redis", "bot-postgres", "bot-minio"]
+        ["bot-redis", "bot-postgres", "bot-minio", "bot-admin"]
     );
     assert_eq!(
         named(
@@ -403,9 +404,52 @@ fn managed_credentials_come_from_the_input_not_from_the_builder() {
 }
 
 #[test]
+fn the_sidecars_read_the_admin_token_the_operator_keeps() {
+    let state = render(&valid(MINIMAL));
+    let admin = state
+        .secrets
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("bot-admin"))
+        .expect("the admin Secret");
+    let token = String::from_utf8(admin.data.as_ref().unwrap()["token"].0.clone()).unwrap();
+    assert_eq!(token, creds().admin_token);
+    let sidecar = container(state.replicas(), "baton");
+    let r = env_var(sidecar, "BATON_ADMIN_TOKENS")
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!((r.name.as_str(), r.key.as_str()), ("bot-admin", "token"));
+    let host = env_var(sidecar, "BATON_HOST_IP")
+        .value_from
+        .as_ref()
+        .unwrap()
+        .field_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(host.field_path, "status.hostIP");
+    let rotated = Credentials {
+        admin_token: "another-admin-token-0123".into(),
+        ..creds()
+    };
+    assert_ne!(
+        config_hash(&build(&valid(MINIMAL), &creds())),
+        config_hash(&build(&valid(MINIMAL), &rotated)),
+        "a new token reaches the pods through a rollout"
+    );
+}
+
+#[test]
 fn external_dependencies_yield_no_objects_only_wiring() {
     let state = render(&valid(ALL_EXTERNAL));
-    assert!(state.secrets.is_empty());
+    let secrets: Vec<_> = state
+        .secrets
+        .iter()
+        .map(|s| s.metadata.name.as_deref().unwrap())
+        .collect();
+    assert_eq!(secrets, ["bot-admin"], "only the admin token's Secret");
     assert!(state.jobs.is_empty());
     assert_eq!(state.stateful_sets.len(), 1, "only the replicas");
     assert_eq!(state.services.len(), 2, "only the replicas' Services");

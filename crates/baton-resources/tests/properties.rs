@@ -12,6 +12,7 @@ fn creds() -> Credentials {
         postgres_password: "p".into(),
         object_store_access_key_id: "a".into(),
         object_store_secret_access_key: "s".into(),
+        admin_token: "admin-token-for-tests-0123".into(),
     }
 }
 

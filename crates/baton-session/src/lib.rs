@@ -24,6 +24,14 @@ pub mod store;
 pub mod turn_record;
 pub mod workspace;
 
+/// The layout of what replicas write to Redis and the ledger. Replicas of
+/// two layouts must not share a Redis (an older one does not keep the newer
+/// one's indexes), so a rollout compares it before mixing builds.
+///
+/// - 1: before the indexes of unshipped logs and known sessions (issue 13).
+/// - 2: with them.
+pub const DATA_LAYOUT: u32 = 2;
+
 pub use ids::{InvalidId, ReplicaId, SessionId, SessionKey, TenantId};
 pub use model::*;
 pub use store::{

@@ -108,10 +108,16 @@ impl Auth {
         }
     }
 
-    /// The tenant a request acts for.
+    /// The tenant a request acts for. With admin tokens only (what the
+    /// operator sets up), the turn API is open as with authentication off
+    /// and only the admin API takes tokens.
     pub fn tenant(&self, headers: &HeaderMap) -> Result<TenantId, AuthError> {
         match self {
-            Self::Off => {
+            Self::Tokens { tenants, .. } if !tenants.is_empty() => {
+                let token = Self::bearer(headers)?;
+                tenants.get(token).cloned().ok_or(AuthError::Unknown)
+            }
+            Self::Off | Self::Tokens { .. } => {
                 let name = headers
                     .get(TENANT_HEADER)
                     .map(|v| {
@@ -121,10 +127,6 @@ impl Auth {
                     .transpose()?
                     .unwrap_or(DEFAULT_TENANT);
                 TenantId::new(name).map_err(|e| AuthError::BadTenant(e.to_string()))
-            }
-            Self::Tokens { tenants, .. } => {
-                let token = Self::bearer(headers)?;
-                tenants.get(token).cloned().ok_or(AuthError::Unknown)
             }
         }
     }
@@ -187,6 +189,19 @@ mod tests {
         let admin = headers(&[("authorization", "Bearer admin-0123456789ab")]);
         assert_eq!(auth.admin(&admin), Ok(()));
         assert_eq!(auth.tenant(&admin), Err(AuthError::Unknown));
+    }
+
+    #[test]
+    fn admin_tokens_alone_guard_the_admin_api_and_leave_the_turn_api_open() {
+        let auth = Auth::parse(None, Some("admin-0123456789ab")).unwrap();
+        let acme = headers(&[(TENANT_HEADER, "acme")]);
+        assert_eq!(auth.tenant(&acme).unwrap().as_str(), "acme");
+        assert_eq!(auth.tenant(&headers(&[])).unwrap().as_str(), "default");
+        assert_eq!(auth.admin(&acme), Err(AuthError::Missing));
+        let wrong = headers(&[("authorization", "Bearer admin-0123456789aX")]);
+        assert_eq!(auth.admin(&wrong), Err(AuthError::Unknown));
+        let admin = headers(&[("authorization", "Bearer admin-0123456789ab")]);
+        assert_eq!(auth.admin(&admin), Ok(()));
     }
 
     #[test]

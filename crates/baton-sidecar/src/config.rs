@@ -30,6 +30,12 @@ pub struct SidecarArgs {
     #[arg(long, env = env::ADVERTISE_URL)]
     pub advertise_url: Option<String>,
 
+    /// The node's IP (under Kubernetes from `status.hostIP`): the kubelet's
+    /// preStop hook calls from it and cannot send a token, so a drain from
+    /// this address (or from loopback) needs none.
+    #[arg(long, env = env::HOST_IP)]
+    pub node_ip: Option<std::net::IpAddr>,
+
     /// Base URL of the agent (the contract's `POST /v1/turn` is appended).
     #[arg(long, env = env::AGENT_URL, default_value = "http://127.0.0.1:8080")]
     pub agent_url: String,
@@ -112,9 +118,10 @@ pub struct SidecarArgs {
     pub auth_tokens: Option<String>,
 
     /// Bearer tokens of operators for the admin API (drain, status,
-    /// preStop), separated by commas. With either token list set, the admin
-    /// API takes only these (give the kubelet's preStop hook one in its
-    /// `httpHeaders`).
+    /// handover, takeover), separated by commas. With either token list
+    /// set, the admin API takes only these; the preStop hook needs none
+    /// from the node (`--node-ip`) or loopback. Set alone, they leave the
+    /// turn API as without authentication.
     #[arg(long, env = "BATON_ADMIN_TOKENS", hide_env_values = true)]
     pub admin_tokens: Option<String>,
 

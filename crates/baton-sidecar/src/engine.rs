@@ -630,7 +630,8 @@ impl<S: TurnStore + 'static> Engine<S> {
             // for the TTL. Compare-and-delete on the fence: a lease we lost,
             // or one a commit already released, is not touched.
             if let Err(e) = self.timed("abort", self.store.abort(&lease)).await {
-                tracing::warn!(error = %e, fence = lease.fence, "abort failed; the lease expires on its own");
+                tracing::warn!(error = %e, fence = lease.fence, "abort failed; a handover retries it, else the lease expires on its own");
+                self.inflight.remember_unreleased(lease.clone());
             }
         }
         result
@@ -848,6 +849,31 @@ impl<S: TurnStore + 'static> Engine<S> {
                 tracing::warn!(aborted, "drain timeout: aborting the turns still running");
             }
         });
+    }
+
+    /// Releases the leases this replica could not give back when their
+    /// turns ended (the store did not answer then). Each release is fenced,
+    /// so a lease that expired and went to another replica is not touched.
+    /// Returns (released, still held).
+    pub async fn hand_over(&self) -> (u64, u64) {
+        let mut released = 0;
+        let mut failed = Vec::new();
+        for lease in self.inflight.take_unreleased() {
+            match self.timed("abort", self.store.abort(&lease)).await {
+                Ok(true) => released += 1,
+                // Already expired or taken over: nothing of ours is left.
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, fence = lease.fence, "handover: release failed");
+                    failed.push(lease);
+                }
+            }
+        }
+        let still_held = failed.len() as u64;
+        for lease in failed {
+            self.inflight.remember_unreleased(lease);
+        }
+        (released, still_held)
     }
 
     /// Waits until the drain finished: no turn runs any more.

@@ -6,10 +6,10 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use baton_session::SessionKey;
+use baton_session::{Lease, SessionKey};
 use tokio::sync::watch;
 
 pub use baton_views::TurnInFlight;
@@ -26,6 +26,10 @@ pub struct InFlight {
     turns: Mutex<HashMap<SessionKey, Entry>>,
     count: watch::Sender<usize>,
     draining: AtomicBool,
+    /// Turns told to abort by the drain.
+    aborted: AtomicU64,
+    /// Leases of ended turns whose release failed: a handover retries them.
+    unreleased: Mutex<Vec<Lease>>,
 }
 
 impl Default for InFlight {
@@ -34,6 +38,8 @@ impl Default for InFlight {
             turns: Mutex::new(HashMap::new()),
             count: watch::channel(0).0,
             draining: AtomicBool::new(false),
+            aborted: AtomicU64::new(0),
+            unreleased: Mutex::new(Vec::new()),
         }
     }
 }
@@ -155,9 +161,37 @@ impl InFlight {
     pub fn abort_all(&self) -> usize {
         let turns = self.lock();
         for e in turns.values() {
-            e.abort.send_replace(true);
+            if !e.abort.send_replace(true) {
+                self.aborted.fetch_add(1, Ordering::Relaxed);
+            }
         }
         turns.len()
+    }
+
+    /// Turns aborted so far (each counted once).
+    pub fn aborted(&self) -> u64 {
+        self.aborted.load(Ordering::Relaxed)
+    }
+
+    /// Keeps a lease the replica could not release, for the handover.
+    pub fn remember_unreleased(&self, lease: Lease) {
+        self.unreleased
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(lease);
+    }
+
+    /// The leases still to release (taken: the caller puts back the ones
+    /// it fails on).
+    pub fn take_unreleased(&self) -> Vec<Lease> {
+        std::mem::take(&mut *self.unreleased.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn unreleased_count(&self) -> usize {
+        self.unreleased
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 }
 

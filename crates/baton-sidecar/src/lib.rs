@@ -220,6 +220,7 @@ fn api<S>(engine: Arc<Engine<S>>, auth: Auth, args: &SidecarArgs) -> Arc<Api<S>>
     Arc::new(Api {
         engine,
         auth,
+        node_ip: args.node_ip,
         max_body_bytes: args.max_body_bytes,
         max_input_bytes: args.max_input_bytes,
     })

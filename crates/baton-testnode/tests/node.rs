@@ -791,6 +791,7 @@ fn the_managed_stores_of_an_example_run_and_the_bucket_job_succeeds() {
             postgres_password: "pg-pw".into(),
             object_store_access_key_id: "baton-access".into(),
             object_store_secret_access_key: "baton-secret".into(),
+            admin_token: "admin-token-for-tests-0123".into(),
         };
         let redis = baton_resources::stores::redis(&agd, &creds).expect("managed redis");
         let postgres = baton_resources::stores::postgres(&agd, &creds).expect("managed postgres");
@@ -910,6 +911,7 @@ fn a_whole_agent_deployment_serves_turns_across_replicas() {
             postgres_password: "pg-pw".into(),
             object_store_access_key_id: "baton-access".into(),
             object_store_secret_access_key: "baton-secret".into(),
+            admin_token: "admin-token-for-tests-0123".into(),
         };
         let replicas = agd.names.replicas();
         for object in baton_resources::build(&agd, &creds).into_objects() {

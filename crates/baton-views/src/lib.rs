@@ -166,6 +166,29 @@ pub struct ReplicaStatus {
     /// [`latency`]); empty from a build that does not count them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turn_latency: Vec<u64>,
+    /// Turns the drain aborted at its timeout (their sessions went to other
+    /// replicas at once).
+    #[serde(default)]
+    pub aborted_by_drain: u64,
+    /// Leases of ended turns it could not give back (the store did not
+    /// answer); `POST /v1/admin/handover` retries them.
+    #[serde(default)]
+    pub unreleased_leases: u64,
+    /// The data layout its stores are written in
+    /// (`baton_session::DATA_LAYOUT`); absent from builds before it was said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<u32>,
+}
+
+/// `POST /v1/admin/handover`: what a drained replica gave back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Handover {
+    /// Leases released now (each only if still this replica's: fenced).
+    pub released: u64,
+    /// Leases it still could not release (the store did not answer); they
+    /// expire with the replica's heartbeat.
+    pub still_held: u64,
 }
 
 /// Turn latencies as counts per bucket, which the dashboard turns into

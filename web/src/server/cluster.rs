@@ -119,16 +119,7 @@ fn row(agd: &AgentDeployment) -> DeploymentRow {
         updated: status.updated_replicas,
         current_revision: status.current_revision.unwrap_or_default(),
         update_revision: status.update_revision.unwrap_or_default(),
-        rollout: status.rollout.map(|r| {
-            let mut text = format!("{:?}", r.phase);
-            if let Some(pod) = r.draining_replica {
-                text.push_str(&format!(", draining {pod}"));
-            }
-            if let Some(message) = r.message {
-                text.push_str(&format!(": {message}"));
-            }
-            text
-        }),
+        rollout: status.rollout.as_ref().map(|r| r.summary()),
         conditions: status
             .conditions
             .into_iter()

@@ -21,6 +21,9 @@ pub(super) fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatu
         turns,
         oldest_unshipped_ms: engine.store.oldest_unshipped_ms(),
         turn_latency: engine.metrics.latency_counts(),
+        aborted_by_drain: engine.inflight.aborted(),
+        unreleased_leases: engine.inflight.unreleased_count() as u64,
+        layout: Some(baton_session::DATA_LAYOUT),
     }
 }
 
@@ -44,12 +47,22 @@ pub(super) async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
     Ok((StatusCode::ACCEPTED, Json(status(&api.engine))))
 }
 
-/// kubelet's preStop hook: drain, and answer once no turn runs.
+/// kubelet's preStop hook: drain, and answer once no turn runs. The
+/// kubelet cannot send a secret with an httpGet hook, so a call from the
+/// pod's node (or from inside the pod) needs no token; anyone else needs an
+/// admin token, as for a drain.
 pub(super) async fn prestop<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<crate::runtimes::Peer>>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<ReplicaStatus>> {
-    admin(&api, &headers)?;
+    let from_node = peer.is_some_and(|p| {
+        let ip = p.0.0.0.ip().to_canonical();
+        ip.is_loopback() || api.node_ip == Some(ip)
+    });
+    if !from_node {
+        admin(&api, &headers)?;
+    }
     api.engine.start_drain();
     api.engine.drained().await;
     Ok(Json(status(&api.engine)))
@@ -61,6 +74,29 @@ pub(super) async fn get_status<S: TurnStore + SessionCatalog + 'static>(
 ) -> ApiResult<Json<ReplicaStatus>> {
     admin(&api, &headers)?;
     Ok(Json(status(&api.engine)))
+}
+
+/// After a drain: gives back every lease the replica could not release when
+/// its turns ended, so no session waits for a lease TTL. The rollout calls
+/// it before deleting the pod.
+pub(super) async fn post_handover<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Handover>> {
+    admin(&api, &headers)?;
+    if !api.engine.inflight.is_draining() || !api.engine.inflight.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "NOT_DRAINED",
+            "drain the replica first (POST /v1/admin/drain) and wait until no turn runs",
+        ));
+    }
+    let (released, still_held) = api.engine.hand_over().await;
+    tracing::info!(released, still_held, "handover");
+    Ok(Json(Handover {
+        released,
+        still_held,
+    }))
 }
 
 /// Takeover is an operator's act (the rollout, the dashboard): it fences

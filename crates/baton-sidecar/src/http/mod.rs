@@ -20,7 +20,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use baton_api::constants::paths;
 use baton_session::{SessionCatalog, SessionId, SessionKey, StoreError, TenantId, TurnStore};
-use baton_views::{FileList, FileView, ReplicaStatus, SessionView, StateView, Takeover};
+use baton_views::{FileList, FileView, Handover, ReplicaStatus, SessionView, StateView, Takeover};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -51,6 +51,8 @@ const RECENT_TURNS: u32 = 20;
 pub struct Api<S> {
     pub engine: Arc<Engine<S>>,
     pub auth: Auth,
+    /// The node's IP (`BATON_HOST_IP`): its preStop calls need no token.
+    pub node_ip: Option<std::net::IpAddr>,
     pub max_body_bytes: usize,
     pub max_input_bytes: usize,
 }
@@ -82,6 +84,24 @@ async fn announced_length(
     }
 }
 
+/// A draining replica closes every connection after its answer: a client
+/// behind a Service (an L4 proxy that picks a pod per connection) then
+/// reconnects and lands on a replica that serves, instead of hearing
+/// DRAINING on its kept-alive connection until the pod is gone.
+async fn close_when_draining<S: TurnStore + SessionCatalog + 'static>(
+    State(api): State<Arc<Api<S>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    if api.engine.inflight.is_draining() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 /// Every route of the sidecar.
 pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Router {
     let limit = api.max_body_bytes;
@@ -91,9 +111,10 @@ pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Rout
         .route("/v1/sessions/{session}/files", get(list_files::<S>))
         .route("/v1/sessions/{session}/files/{*name}", get(get_file::<S>))
         .route("/api/chat", post(post_chat::<S>))
-        .route("/v1/admin/drain", post(post_drain::<S>))
+        .route(paths::DRAIN, post(post_drain::<S>))
         .route(paths::PRESTOP, get(prestop::<S>))
-        .route("/v1/admin/status", get(get_status::<S>))
+        .route(paths::STATUS, get(get_status::<S>))
+        .route(paths::HANDOVER, post(post_handover::<S>))
         .route(
             "/v1/admin/tenants/{tenant}/sessions/{session}/takeover",
             post(post_takeover::<S>),
@@ -102,6 +123,10 @@ pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Rout
         .route(paths::READYZ, get(readyz::<S>))
         .route("/metrics", get(metrics::<S>))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            close_when_draining::<S>,
+        ))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
             limit,
