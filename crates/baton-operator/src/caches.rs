@@ -8,7 +8,7 @@ use std::fmt::Debug;
 use baton_api::constants::labels;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -50,7 +50,7 @@ pub struct Caches {
     pub stateful_sets: Store<StatefulSet>,
     pub jobs: Store<Job>,
     pub pod_disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
-    pub pods: Store<PartialObjectMeta<Pod>>,
+    pub pods: Store<Pod>,
 }
 
 type Watched<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
@@ -64,7 +64,7 @@ pub struct Streams {
     pub stateful_sets: Watched<StatefulSet>,
     pub jobs: Watched<Job>,
     pub pod_disruption_budgets: Watched<PartialObjectMeta<PodDisruptionBudget>>,
-    pub pods: Watched<PartialObjectMeta<Pod>>,
+    pub pods: Watched<Pod>,
 }
 
 fn children_config() -> watcher::Config {
@@ -135,18 +135,25 @@ pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
     let (secrets, sec) = full::<Secret>(client, scope, slim);
     let (config_maps, cm) = metadata::<ConfigMap>(client, scope);
     let (services, svc) = metadata::<Service>(client, scope);
-    // A StatefulSet or Job is read for its metadata and status only; the
-    // pod template is most of its size.
+    // A StatefulSet or Job is read for its metadata and status (and a
+    // StatefulSet's replica count) only; the pod template is most of its size.
     let (stateful_sets, sts) = full::<StatefulSet>(client, scope, |o| {
         slim(o);
-        o.spec = None;
+        o.spec = o.spec.take().map(|spec| StatefulSetSpec {
+            replicas: spec.replicas,
+            ..StatefulSetSpec::default()
+        });
     });
     let (jobs, job) = full::<Job>(client, scope, |o| {
         slim(o);
         o.spec = None;
     });
     let (pod_disruption_budgets, pdb) = metadata::<PodDisruptionBudget>(client, scope);
-    let (pods, pod) = metadata::<Pod>(client, scope);
+    // Pods for their readiness, IP and revision: the status and the rollout.
+    let (pods, pod) = full::<Pod>(client, scope, |o| {
+        slim(o);
+        o.spec = None;
+    });
     let (mark, unready) = tokio::sync::watch::channel(Vec::new());
     watch_readiness(&mark, "ServiceAccount", &service_accounts);
     watch_readiness(&mark, "Secret", &secrets);
@@ -322,6 +329,18 @@ impl Caches {
 
     pub fn stateful_set(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<StatefulSet>> {
         self.stateful_sets.get(&key(namespace, name))
+    }
+
+    /// The pods a StatefulSet controls.
+    pub fn pods_of(&self, namespace: &str, stateful_set_uid: &str) -> Vec<std::sync::Arc<Pod>> {
+        self.pods
+            .state()
+            .into_iter()
+            .filter(|p| {
+                p.metadata.namespace.as_deref() == Some(namespace)
+                    && crate::children::controlled_by(&p.metadata, stateful_set_uid)
+            })
+            .collect()
     }
 
     pub fn job(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Job>> {

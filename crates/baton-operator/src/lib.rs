@@ -19,6 +19,8 @@ pub mod metrics;
 pub mod rbac;
 pub mod reconcile;
 pub mod rollout;
+pub mod rollout_cli;
+pub mod rollout_io;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -114,7 +116,7 @@ fn parse_interval(value: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
+pub(crate) async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
     let config = match kubeconfig {
         Some(path) => {
             let file = Kubeconfig::read_from(path)
@@ -210,6 +212,7 @@ async fn run_controller(
         resync: args.resync_interval,
         verified: Default::default(),
         failures: Default::default(),
+        sidecars: Default::default(),
     });
     info!(scope = ?scope, "reconciling AgentDeployments");
     Controller::new(resources, watcher::Config::default().any_semantic())

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use baton_api::constants::secret_keys;
 use baton_api::validate::Dependency;
-use baton_api::{AgentDeployment, AgentDeploymentStatus, ValidAgentDeployment, condition_types};
+use baton_api::{
+    AgentDeployment, AgentDeploymentStatus, RolloutPhase, RolloutStep, ValidAgentDeployment,
+    condition_types,
+};
 use baton_resources::Credentials;
 use baton_resources::meta::{App, selector_labels};
 use k8s_openapi::api::core::v1::Secret;
@@ -28,6 +31,8 @@ use crate::apply;
 use crate::caches::Caches;
 use crate::children::{self, ChildKey, Verified};
 use crate::metrics::{Metrics, ResultLabel};
+use crate::rollout::{self, DrainProbe, Plan, ReplicaPod};
+use crate::rollout_io::{self, Sidecars};
 use crate::status::{self, Observed, Problem, ReplicaObservation, StoreObservation};
 
 /// How long a reconcile waits for the watch caches to be filled.
@@ -50,6 +55,8 @@ pub struct Context {
     pub resync: Duration,
     pub verified: Mutex<Verified>,
     pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<AgentDeployment>>, u32>>,
+    /// Calls the sidecars' admin API (drain, handover) during a rollout.
+    pub sidecars: Sidecars,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,8 +190,27 @@ async fn reconcile_resource(
     let credentials = managed_credentials(&valid, &namespace, &ctx.caches);
     let missing_secrets = check_external_secrets(&valid, &namespace, &ctx.client).await?;
 
+    // rollout: the pods, what the draining sidecars say, the next step
+    let token = Some(credentials.admin_token.as_str());
+    let rollout = read_rollout(agd, &valid, ctx, token).await;
+    // A scale-down hands the drained pods' leases back before the
+    // StatefulSet loses them.
+    for name in &rollout.plan.release {
+        if let Some(pod) = rollout.pods.iter().find(|p| &p.pod.name == name) {
+            rollout_io::hand_over(&ctx.sidecars, pod, token).await;
+        }
+    }
+
     // build
-    let desired = baton_resources::build(&valid, &credentials).into_objects();
+    let mut state = baton_resources::build(&valid, &credentials);
+    for sts in &mut state.stateful_sets {
+        if sts.metadata.name.as_deref() == Some(valid.names.replicas().as_str())
+            && let Some(spec) = sts.spec.as_mut()
+        {
+            spec.replicas = Some(rollout.plan.statefulset_replicas);
+        }
+    }
+    let desired = state.into_objects();
     let desired_keys: BTreeSet<ChildKey> = desired.iter().map(ChildKey::of).collect();
 
     // apply
@@ -256,14 +282,27 @@ async fn reconcile_resource(
         }
     }
 
-    // status
-    let problem =
-        (!missing_secrets.is_empty()).then_some(Problem::ExternalSecretMissing(missing_secrets));
     let replicas_applied = updated
         .iter()
         .chain(&created)
         .any(|k| k.kind == "StatefulSet" && k.name == valid.names.replicas());
+    // The plan read the StatefulSet before this apply; a changed one gets
+    // a new revision first, and the next reconcile (its watch event) goes on.
+    let mut rollout_status = rollout.plan.status.clone();
+    if !replicas_applied {
+        if let Some(step) = run_rollout(agd, ctx, &rollout, token).await? {
+            rollout_status.last_step = Some(step);
+        }
+    }
+    announce_rollout(agd, ctx, &rollout).await;
+
+    // status
+    let problem =
+        (!missing_secrets.is_empty()).then_some(Problem::ExternalSecretMissing(missing_secrets));
     let mut observed = observe(agd, Some(&valid), ctx, problem);
+    observed.rollout = Some(rollout_status);
+    observed.stall = rollout.plan.stall.clone();
+    observed.current_revision = rollout.plan.current_revision.clone();
     if replicas_applied && let Some(replicas) = observed.replicas.as_mut() {
         // The cache still holds the template before this apply.
         replicas.up_to_date = false;
@@ -278,9 +317,256 @@ async fn reconcile_resource(
     let action = if waiting_for_secret {
         Action::requeue(WAIT_FOR_SECRET)
     } else {
-        Action::requeue(ctx.resync)
+        Action::requeue(rollout.plan.requeue.unwrap_or(ctx.resync).min(ctx.resync))
     };
     Ok((action, outcome))
+}
+
+/// What the rollout step is decided from, and the decision.
+struct RolloutRead {
+    pods: Vec<rollout_io::LivePod>,
+    probes: Vec<(String, DrainProbe)>,
+    plan: Plan,
+    update_revision: Option<String>,
+}
+
+async fn read_rollout(
+    agd: &AgentDeployment,
+    valid: &ValidAgentDeployment,
+    ctx: &Context,
+    token: Option<&str>,
+) -> RolloutRead {
+    let namespace = agd.namespace().unwrap_or_default();
+    let sts = ctx.caches.stateful_set(&namespace, &valid.names.replicas());
+    let live_replicas = sts
+        .as_ref()
+        .and_then(|s| s.spec.as_ref())
+        .and_then(|s| s.replicas);
+    let update_revision = sts.as_ref().and_then(|s| {
+        let status = s.status.as_ref()?;
+        // Only a revision of the template the controller has seen.
+        (status.observed_generation >= s.metadata.generation)
+            .then(|| status.update_revision.clone())
+            .flatten()
+    });
+    let pods = match sts.as_ref().and_then(|s| s.metadata.uid.clone()) {
+        Some(uid) => rollout_io::replica_pods(
+            &ctx.caches.pods_of(&namespace, &uid),
+            &valid.names.replicas(),
+        ),
+        None => Vec::new(),
+    };
+    let probes = ctx.sidecars.probe_drains(&pods, token).await;
+    let replica_pods: Vec<ReplicaPod> = pods.iter().map(|p| p.pod.clone()).collect();
+    let spec = &agd.spec.rollout;
+    let plan = rollout::plan(&rollout::Inputs {
+        desired: agd.spec.replicas,
+        live_replicas,
+        update_revision: update_revision.as_deref(),
+        pods: &replica_pods,
+        probes: &probes,
+        paused: spec.paused,
+        max_unavailable: spec.max_unavailable,
+        progress_deadline: valid.progress_deadline,
+        drain_timeout: valid.timings.drain_timeout,
+        previous: agd.status.as_ref().and_then(|s| s.rollout.as_ref()),
+        now: Timestamp::now(),
+    });
+    RolloutRead {
+        pods,
+        probes,
+        plan,
+        update_revision,
+    }
+}
+
+/// Carries out the planned drains and replacements; returns the last step
+/// in words for `status.rollout.lastStep`.
+async fn run_rollout(
+    agd: &AgentDeployment,
+    ctx: &Context,
+    rollout: &RolloutRead,
+    token: Option<&str>,
+) -> Result<Option<String>, Error> {
+    let namespace = agd.namespace().unwrap_or_default();
+    let plan = &rollout.plan;
+    let update = rollout.update_revision.as_deref().unwrap_or("?");
+    let find = |name: &str| rollout.pods.iter().find(|p| p.pod.name == name);
+    let mut last_step = None;
+    for pod in plan.redrain.iter().filter_map(|n| find(n)) {
+        rollout_io::drain_again(&ctx.sidecars, pod, token).await;
+    }
+    for pod in plan.drain.iter().filter_map(|n| find(n)) {
+        ctx.metrics.write("pod");
+        let in_flight = rollout_io::start_drain(
+            &ctx.client,
+            &ctx.sidecars,
+            &namespace,
+            pod,
+            token,
+            Timestamp::now(),
+        )
+        .await?;
+        let removed = pod.pod.ordinal >= agd.spec.replicas;
+        let why = if removed {
+            "scale-down".to_owned()
+        } else {
+            format!(
+                "revision {} -> {update}",
+                pod.pod.revision.as_deref().unwrap_or("?")
+            )
+        };
+        let turns = in_flight.map_or("its sidecar did not answer".to_owned(), |n| {
+            format!("{n} turn{} in flight", if n == 1 { "" } else { "s" })
+        });
+        let note = format!("draining {} ({why}): {turns}", pod.pod.name);
+        info!(pod = %pod.pod.name, "{note}");
+        publish(
+            ctx,
+            agd,
+            EventType::Normal,
+            "Draining",
+            "Rollout",
+            note.clone(),
+        )
+        .await;
+        last_step = Some(note);
+    }
+    for pod in plan.replace.iter().filter_map(|n| find(n)) {
+        let (drained_in_ms, aborted) = match rollout
+            .probes
+            .iter()
+            .find(|(n, _)| n == &pod.pod.name)
+            .map(|(_, p)| p)
+        {
+            Some(DrainProbe::Drained {
+                drained_in_ms,
+                aborted,
+            }) => (*drained_in_ms, *aborted),
+            _ => (None, 0),
+        };
+        let drained_in_ms = drained_in_ms.or_else(|| {
+            pod.pod.drain_started_at.map(|t| {
+                Timestamp::now()
+                    .as_millisecond()
+                    .saturating_sub(t.as_millisecond())
+                    .max(0) as u64
+            })
+        });
+        let released = rollout_io::hand_over(&ctx.sidecars, pod, token).await;
+        let handed_over = aborted + released;
+        let drained = format!(
+            "{} drained in {} ms, {handed_over} turn{} handed over",
+            pod.pod.name,
+            drained_in_ms.map_or("?".into(), |ms| ms.to_string()),
+            if handed_over == 1 { "" } else { "s" }
+        );
+        info!(pod = %pod.pod.name, drained_in_ms, handed_over, "drained");
+        publish(
+            ctx,
+            agd,
+            EventType::Normal,
+            "Drained",
+            "Rollout",
+            drained.clone(),
+        )
+        .await;
+        ctx.metrics.write("pod");
+        rollout_io::delete_pod(&ctx.client, &namespace, &pod.pod).await?;
+        let deleted = format!(
+            "deleted {}; the StatefulSet brings it back at revision {update}",
+            pod.pod.name
+        );
+        info!(pod = %pod.pod.name, "deleted for the rollout");
+        publish(ctx, agd, EventType::Normal, "Deleted", "Rollout", deleted).await;
+        last_step = Some(format!("replaced {drained}"));
+    }
+    // A pod the previous step waited for that is ready now.
+    let previous = agd.status.as_ref().and_then(|s| s.rollout.as_ref());
+    if let Some(previous) = previous
+        && previous.step == Some(RolloutStep::WaitingReady)
+        && let Some(name) = &previous.pod
+        && let Some(pod) = find(name)
+        && pod.pod.ready
+        && pod.pod.revision.as_deref() == Some(update)
+    {
+        let after = pod
+            .pod
+            .created_at
+            .map(|c| {
+                format!(
+                    " {} ms after it was created",
+                    Timestamp::now()
+                        .as_millisecond()
+                        .saturating_sub(c.as_millisecond())
+                )
+            })
+            .unwrap_or_default();
+        let note = format!("{name} is ready at revision {update}{after}");
+        publish(
+            ctx,
+            agd,
+            EventType::Normal,
+            "PodReady",
+            "Rollout",
+            note.clone(),
+        )
+        .await;
+        if last_step.is_none() {
+            last_step = Some(note);
+        }
+    }
+    Ok(last_step)
+}
+
+/// An event when the rollout's phase changes: complete, paused, stalled.
+async fn announce_rollout(agd: &AgentDeployment, ctx: &Context, rollout: &RolloutRead) {
+    let previous = agd.status.as_ref().and_then(|s| s.rollout.as_ref());
+    let new = &rollout.plan.status;
+    if previous.map(|p| p.phase) == Some(new.phase) {
+        return;
+    }
+    let revision = new.revision.as_deref().unwrap_or("?");
+    match new.phase {
+        RolloutPhase::Complete if previous.is_some() => {
+            let note = format!("every replica runs revision {revision}");
+            publish(
+                ctx,
+                agd,
+                EventType::Normal,
+                "RolloutComplete",
+                "Rollout",
+                note,
+            )
+            .await;
+        }
+        RolloutPhase::Paused => {
+            let note = new.message.clone().unwrap_or_default();
+            publish(
+                ctx,
+                agd,
+                EventType::Normal,
+                "RolloutPaused",
+                "Rollout",
+                note,
+            )
+            .await;
+        }
+        RolloutPhase::Stalled => {
+            if let Some(stall) = &rollout.plan.stall {
+                publish(
+                    ctx,
+                    agd,
+                    EventType::Warning,
+                    stall.reason,
+                    "Rollout",
+                    stall.message.clone(),
+                )
+                .await;
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Credentials of the managed stores, read back from their Secrets so a
@@ -435,6 +721,7 @@ fn observe(
         problem,
         replicas,
         stores,
+        ..Observed::default()
     }
 }
 

@@ -3,7 +3,9 @@
 //! has a status, a CamelCase reason, a message and a `lastTransitionTime`
 //! that moves only when the status does.
 
-use baton_api::{AgentDeploymentStatus, condition_types};
+use baton_api::{AgentDeploymentStatus, RolloutPhase, RolloutStatus, condition_types};
+
+use crate::rollout::Stall;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// What stops an `AgentDeployment` from being what its spec says.
@@ -74,7 +76,7 @@ pub struct StoreObservation {
 }
 
 /// Everything the status is computed from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {
     pub generation: Option<i64>,
     pub desired_replicas: i32,
@@ -84,6 +86,13 @@ pub struct Observed {
     pub replicas: Option<ReplicaObservation>,
     /// Managed stores only; empty when every store is external.
     pub stores: Vec<StoreObservation>,
+    /// The rollout's status, when the operator looked at the pods.
+    pub rollout: Option<RolloutStatus>,
+    /// Why the rollout stopped, when it did.
+    pub stall: Option<Stall>,
+    /// The revision every replica ran last (the StatefulSet's own
+    /// `currentRevision` does not move under `OnDelete`).
+    pub current_revision: Option<String>,
 }
 
 /// The new status. `previous` supplies the transition times of conditions
@@ -118,6 +127,10 @@ pub fn compute(
         .map(|s| s.name.as_str())
         .collect();
     let stores_ready = unready_stores.is_empty();
+    let current_revision = observed
+        .current_revision
+        .clone()
+        .or_else(|| sts.current_revision.clone());
     let replicas_message = format!("{}/{desired} replicas ready", sts.ready_replicas);
 
     // Ready: the deployment serves turns as its spec asks.
@@ -164,7 +177,16 @@ pub fn compute(
         _ => None,
     }
     .or_else(|| {
-        if observed.replicas.is_none() || !sts.up_to_date {
+        let rollout = observed.rollout.as_ref();
+        if let Some(stall) = &observed.stall {
+            Some((false, stall.reason, stall.message.clone()))
+        } else if let Some(r) = rollout.filter(|r| r.phase == RolloutPhase::Paused) {
+            Some((
+                false,
+                "RolloutPaused",
+                r.message.clone().unwrap_or_else(|| "paused".into()),
+            ))
+        } else if observed.replicas.is_none() || !sts.up_to_date {
             Some((
                 true,
                 "Reconciling",
@@ -176,8 +198,7 @@ pub fn compute(
                 "Scaling",
                 format!("scaling from {} to {desired} replicas", sts.replicas),
             ))
-        } else if sts.update_revision != sts.current_revision || sts.updated_replicas < sts.replicas
-        {
+        } else if sts.update_revision != current_revision || sts.updated_replicas < sts.replicas {
             Some((
                 true,
                 "RevisionPending",
@@ -210,14 +231,20 @@ pub fn compute(
     }
 
     // Degraded: something is wrong that a human should look at.
-    match &observed.problem {
-        Some(problem) => set(
+    match (&observed.problem, &observed.stall) {
+        (Some(problem), _) => set(
             condition_types::DEGRADED,
             true,
             problem.reason(),
             problem.message(),
         ),
-        None => set(
+        (None, Some(stall)) => set(
+            condition_types::DEGRADED,
+            true,
+            stall.reason,
+            stall.message.clone(),
+        ),
+        (None, None) => set(
             condition_types::DEGRADED,
             false,
             "AsExpected",
@@ -250,9 +277,12 @@ pub fn compute(
         replicas: sts.replicas,
         ready_replicas: sts.ready_replicas,
         updated_replicas: sts.updated_replicas,
-        current_revision: sts.current_revision,
+        current_revision,
         update_revision: sts.update_revision,
-        rollout: previous.and_then(|p| p.rollout.clone()),
+        rollout: observed
+            .rollout
+            .clone()
+            .or_else(|| previous.and_then(|p| p.rollout.clone())),
         selector: observed.selector.clone(),
     }
 }
@@ -327,11 +357,38 @@ mod tests {
                 name: "redis".into(),
                 ready: true,
             }],
+            ..Observed::default()
         }
     }
 
     fn get<'a>(status: &'a AgentDeploymentStatus, type_: &str) -> &'a Condition {
         find(Some(status), type_).unwrap()
+    }
+
+    #[test]
+    fn a_stalled_rollout_is_not_progressing_and_degraded() {
+        let mut observed = healthy();
+        observed.stall = Some(Stall {
+            reason: crate::rollout::PROGRESS_DEADLINE_EXCEEDED,
+            message: "pod bot-1 of revision bot-2 is not ready".into(),
+        });
+        let status = compute(&observed, None, &at(10));
+        let progressing = get(&status, "Progressing");
+        assert_eq!(progressing.status, "False");
+        assert_eq!(progressing.reason, "ProgressDeadlineExceeded");
+        let degraded = get(&status, "Degraded");
+        assert_eq!(degraded.status, "True");
+        assert!(degraded.message.contains("bot-1"));
+    }
+
+    #[test]
+    fn the_rollout_says_which_revision_the_replicas_ran_under_on_delete() {
+        let mut observed = healthy();
+        observed.replicas.as_mut().unwrap().update_revision = Some("bot-2".into());
+        observed.current_revision = Some("bot-0".into());
+        let status = compute(&observed, None, &at(10));
+        assert_eq!(status.current_revision.as_deref(), Some("bot-0"));
+        assert_eq!(get(&status, "Progressing").reason, "RevisionPending");
     }
 
     #[test]

@@ -839,6 +839,7 @@ impl<S: TurnStore + 'static> Engine<S> {
         }
         tracing::info!(replica = %self.replica, in_flight = self.inflight.len(), "draining");
         let engine = self.clone();
+        let started = Instant::now();
         tokio::spawn(async move {
             if !engine
                 .inflight
@@ -847,7 +848,18 @@ impl<S: TurnStore + 'static> Engine<S> {
             {
                 let aborted = engine.inflight.abort_all();
                 tracing::warn!(aborted, "drain timeout: aborting the turns still running");
+                // Aborted turns release their leases and leave promptly.
+                while !engine.inflight.wait_empty(Duration::from_secs(5)).await {
+                    engine.inflight.abort_all();
+                }
             }
+            let ms = started.elapsed().as_millis() as u64;
+            engine.inflight.set_drained_in(ms);
+            tracing::info!(
+                drained_in_ms = ms,
+                aborted = engine.inflight.aborted(),
+                "drained"
+            );
         });
     }
 

@@ -28,6 +28,8 @@ pub struct InFlight {
     draining: AtomicBool,
     /// Turns told to abort by the drain.
     aborted: AtomicU64,
+    /// How long the drain took until no turn ran; `u64::MAX` until then.
+    drained_in_ms: AtomicU64,
     /// Leases of ended turns whose release failed: a handover retries them.
     unreleased: Mutex<Vec<Lease>>,
 }
@@ -39,6 +41,7 @@ impl Default for InFlight {
             count: watch::channel(0).0,
             draining: AtomicBool::new(false),
             aborted: AtomicU64::new(0),
+            drained_in_ms: AtomicU64::new(u64::MAX),
             unreleased: Mutex::new(Vec::new()),
         }
     }
@@ -166,6 +169,16 @@ impl InFlight {
             }
         }
         turns.len()
+    }
+
+    pub fn set_drained_in(&self, ms: u64) {
+        self.drained_in_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long the drain took, once it is over.
+    pub fn drained_in_ms(&self) -> Option<u64> {
+        let ms = self.drained_in_ms.load(Ordering::Relaxed);
+        (ms != u64::MAX).then_some(ms)
     }
 
     /// Turns aborted so far (each counted once).

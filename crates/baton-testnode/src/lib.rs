@@ -113,7 +113,9 @@
 //! ephemeral containers, postStart hooks, resource limits, hostNetwork,
 //! image updates of a running pod, HTTPS and gRPC probes, the kubelet's own
 //! API (`kubectl logs` / `exec`: read [`TestNode::log_path`] and use
-//! `ip netns exec` with [`TestNode::netns_of`] instead), Service virtual IPs.
+//! `ip netns exec` with [`TestNode::netns_of`] instead), Service virtual IPs
+//! (a test that needs a Service's load spreading starts a [`ServiceProxy`],
+//! kube-proxy's part in user space, on a local port).
 //! Pods cannot reach the API server (it listens on the machine's loopback),
 //! so an operator under test runs in the test process, not in a pod.
 //!
@@ -132,6 +134,7 @@ mod paths;
 mod probes;
 mod runtime;
 mod scheduler;
+mod service_proxy;
 mod status;
 mod storage;
 mod volumes;
@@ -149,6 +152,7 @@ use tokio::task::JoinHandle;
 
 pub use config::NodeConfig;
 pub use images::{EXAMPLE_AGENT_IMAGES, ImageTable, Runner, repository};
+pub use service_proxy::ServiceProxy;
 pub use storage::PROVISIONED_BY;
 
 use kubelet::{PodEntry, PodTable};

@@ -170,6 +170,9 @@ pub struct ReplicaStatus {
     /// replicas at once).
     #[serde(default)]
     pub aborted_by_drain: u64,
+    /// How long its drain took until no turn ran, once it is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_in_ms: Option<u64>,
     /// Leases of ended turns it could not give back (the store did not
     /// answer); `POST /v1/admin/handover` retries them.
     #[serde(default)]

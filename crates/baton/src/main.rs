@@ -78,6 +78,9 @@ enum Command {
     /// Run the Kubernetes operator (reconciles AgentDeployments), or print
     /// its RBAC with `baton operator rbac`.
     Operator(Box<baton_operator::OperatorArgs>),
+    /// Follow, pause, resume or restart the rolling release of an
+    /// AgentDeployment (`baton rollout status agd/NAME`).
+    Rollout(Box<baton_operator::rollout_cli::RolloutArgs>),
     /// Serve the control-plane dashboard (sessions, leases, turns) over a
     /// deployment's stores, or `baton dev`'s embedded one.
     Dashboard(Box<baton_web::server::DashboardArgs>),
@@ -149,6 +152,7 @@ fn main() -> ExitCode {
             .and_then(|yaml| write_stdout(&yaml)),
             None => block_on(baton_operator::run(args.run)),
         },
+        Command::Rollout(args) => block_on(baton_operator::rollout_cli::run(*args)),
         Command::Bench(args) => {
             let json = args.json;
             block_on(baton_loadgen::run(*args)).and_then(|report| {

@@ -22,6 +22,7 @@ pub(super) fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatu
         oldest_unshipped_ms: engine.store.oldest_unshipped_ms(),
         turn_latency: engine.metrics.latency_counts(),
         aborted_by_drain: engine.inflight.aborted(),
+        drained_in_ms: engine.inflight.drained_in_ms(),
         unreleased_leases: engine.inflight.unreleased_count() as u64,
         layout: Some(baton_session::DATA_LAYOUT),
     }

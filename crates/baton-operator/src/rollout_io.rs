@@ -1,0 +1,261 @@
+//! The edges of the rollout: reading the replica pods from the cache,
+//! asking the sidecars of draining pods how their drain goes, and carrying
+//! out what [`crate::rollout::plan`] decided (mark and drain a pod, hand
+//! over and delete a drained one), with an event for every step.
+//!
+//! The operator calls each sidecar's admin API at the pod's IP with the
+//! deployment's admin token (the `<name>-admin` Secret, which the sidecars
+//! read too).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_api::constants::{annotations, paths, ports};
+use baton_views::{Handover, ReplicaStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use crate::rollout::{DrainProbe, ReplicaPod};
+
+/// How long one call to a sidecar may take: the admin API answers at once
+/// (a drain is started, not waited for).
+const SIDECAR_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A replica pod and where its sidecar answers.
+#[derive(Clone, Debug)]
+pub struct LivePod {
+    pub pod: ReplicaPod,
+    pub ip: Option<String>,
+}
+
+/// The pods of the replica StatefulSet `stateful_set` (named
+/// `<stateful_set>-<ordinal>`), as the rollout sees them.
+pub fn replica_pods(pods: &[Arc<Pod>], stateful_set: &str) -> Vec<LivePod> {
+    let prefix = format!("{stateful_set}-");
+    let mut out: Vec<LivePod> = pods
+        .iter()
+        .filter_map(|p| {
+            let name = p.metadata.name.clone()?;
+            let ordinal: i32 = name.strip_prefix(&prefix)?.parse().ok()?;
+            let status = p.status.as_ref();
+            let ready = status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let drain_started_at = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(annotations::DRAIN_STARTED_AT))
+                .and_then(|v| v.parse::<Timestamp>().ok());
+            Some(LivePod {
+                pod: ReplicaPod {
+                    name,
+                    uid: p.metadata.uid.clone().unwrap_or_default(),
+                    ordinal,
+                    revision: p
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("controller-revision-hash"))
+                        .cloned(),
+                    ready,
+                    terminating: p.metadata.deletion_timestamp.is_some(),
+                    created_at: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    drain_started_at,
+                },
+                ip: status.and_then(|s| s.pod_ip.clone()),
+            })
+        })
+        .collect();
+    out.sort_by_key(|p| p.pod.ordinal);
+    out
+}
+
+/// Calls the sidecars' admin API.
+#[derive(Clone)]
+pub struct Sidecars {
+    http: reqwest::Client,
+}
+
+impl Default for Sidecars {
+    fn default() -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .timeout(SIDECAR_TIMEOUT)
+                .build()
+                .expect("an HTTP client without TLS builds"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    #[error("the pod has no IP yet")]
+    NoAddress,
+    #[error("{0}")]
+    Http(#[from] reqwest::Error),
+    #[error("answered {status}: {body}")]
+    Refused { status: u16, body: String },
+}
+
+impl Sidecars {
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        ip: Option<&str>,
+        path: &str,
+        token: Option<&str>,
+    ) -> Result<T, SidecarError> {
+        let ip = ip.ok_or(SidecarError::NoAddress)?;
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.to_owned()
+        };
+        let url = format!("http://{host}:{}{path}", ports::SIDECAR_HTTP);
+        let mut request = self.http.request(method, url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(SidecarError::Refused {
+                status: status.as_u16(),
+                body: body.chars().take(300).collect(),
+            });
+        }
+        Ok(response.json().await?)
+    }
+
+    pub async fn status(
+        &self,
+        ip: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<ReplicaStatus, SidecarError> {
+        self.call(reqwest::Method::GET, ip, paths::STATUS, token)
+            .await
+    }
+
+    /// Starts a drain; answers at once with the turns in flight.
+    pub async fn drain(
+        &self,
+        ip: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<ReplicaStatus, SidecarError> {
+        self.call(reqwest::Method::POST, ip, paths::DRAIN, token)
+            .await
+    }
+
+    pub async fn handover(
+        &self,
+        ip: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<Handover, SidecarError> {
+        self.call(reqwest::Method::POST, ip, paths::HANDOVER, token)
+            .await
+    }
+
+    /// How the drain of each pod that carries the drain annotation goes.
+    pub async fn probe_drains(
+        &self,
+        pods: &[LivePod],
+        token: Option<&str>,
+    ) -> Vec<(String, DrainProbe)> {
+        let draining = pods
+            .iter()
+            .filter(|p| p.pod.drain_started_at.is_some() && !p.pod.terminating);
+        let asks = draining.map(|p| async move {
+            let probe = match self.status(p.ip.as_deref(), token).await {
+                Ok(s) if !s.draining => DrainProbe::NotDraining,
+                Ok(s) if s.in_flight == 0 => DrainProbe::Drained {
+                    drained_in_ms: s.drained_in_ms,
+                    aborted: s.aborted_by_drain,
+                },
+                Ok(s) => DrainProbe::Draining {
+                    in_flight: s.in_flight,
+                },
+                Err(_) => DrainProbe::Unreachable,
+            };
+            (p.pod.name.clone(), probe)
+        });
+        futures::future::join_all(asks).await
+    }
+}
+
+/// Marks `pod` as being drained (so an operator that restarts knows) and
+/// starts its drain. Returns the turns in flight when it began, if the
+/// sidecar answered.
+pub async fn start_drain(
+    client: &Client,
+    sidecars: &Sidecars,
+    namespace: &str,
+    pod: &LivePod,
+    token: Option<&str>,
+    now: Timestamp,
+) -> kube::Result<Option<u64>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    // The uid makes the patch fail on a pod of the same name that replaced
+    // this one since the cache saw it.
+    let patch = serde_json::json!({
+        "metadata": {
+            "uid": pod.pod.uid,
+            "annotations": { annotations::DRAIN_STARTED_AT: now.to_string() },
+        }
+    });
+    api.patch(&pod.pod.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(drain_again(sidecars, pod, token).await)
+}
+
+/// Asks the sidecar to drain (again); the turns in flight, if it answered.
+pub async fn drain_again(sidecars: &Sidecars, pod: &LivePod, token: Option<&str>) -> Option<u64> {
+    match sidecars.drain(pod.ip.as_deref(), token).await {
+        Ok(status) => Some(status.in_flight),
+        Err(error) => {
+            // A sidecar that does not answer serves nothing to drain; the
+            // rollout goes on once the kubelet agrees it is not ready.
+            warn!(pod = %pod.pod.name, %error, "drain request failed");
+            None
+        }
+    }
+}
+
+/// Gives back the leases a drained sidecar still holds. Best effort: a
+/// sidecar that does not answer holds nothing its heartbeat will not free.
+pub async fn hand_over(sidecars: &Sidecars, pod: &LivePod, token: Option<&str>) -> u64 {
+    match sidecars.handover(pod.ip.as_deref(), token).await {
+        Ok(handover) => {
+            if handover.still_held > 0 {
+                warn!(pod = %pod.pod.name, still_held = handover.still_held, "leases left to expire with the replica's heartbeat");
+            }
+            handover.released
+        }
+        Err(error) => {
+            info!(pod = %pod.pod.name, %error, "handover not possible");
+            0
+        }
+    }
+}
+
+/// Deletes the pod it was given (not a successor of the same name).
+pub async fn delete_pod(client: &Client, namespace: &str, pod: &ReplicaPod) -> kube::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(pod.uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&pod.name, &params).await {
+        Ok(_) => Ok(()),
+        // Gone already, or a successor has the name: nothing of ours is left.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
