@@ -12,67 +12,18 @@
 mod operator_support;
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use baton_api::AgentDeployment;
 use baton_api::names::ChildNames;
-use baton_testnode::{ImageTable, NodeConfig, TestNode};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
+use operator_support::node::*;
 use operator_support::*;
 
 /// Stores, the bucket Job and the replicas starting one after another.
 const START: Duration = Duration::from_secs(240);
-
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
-struct Node {
-    node: TestNode,
-    _work_dir: tempfile::TempDir,
-}
-
-/// One test node for the whole file, on the file's control plane.
-fn node() -> &'static TestNode {
-    static NODE: OnceLock<Node> = OnceLock::new();
-    &NODE
-        .get_or_init(|| {
-            let cp = control_plane();
-            let work_dir = tempfile::Builder::new()
-                .prefix("baton-operator-node-")
-                .tempdir()
-                .expect("temp dir");
-            let node = RUNTIME.block_on(async {
-                let client = cp.admin_client().await;
-                let config =
-                    NodeConfig::new("node-0", work_dir.path(), ImageTable::standard(BATON));
-                TestNode::start(client, config)
-                    .await
-                    .expect("the test node starts")
-            });
-            Node {
-                node,
-                _work_dir: work_dir,
-            }
-        })
-        .node
-}
-
-/// Runs a test on the file's runtime, with the node started first (its
-/// start blocks on the same runtime, so it cannot happen inside a test).
-fn run<F: Future>(test: F) -> F::Output {
-    node();
-    RUNTIME.block_on(test)
-}
 
 /// The example with its spec's replica count set to `replicas`.
 fn with_replicas(yaml: &str, replicas: u32) -> String {
@@ -158,30 +109,6 @@ async fn wait_ready(ns: &str, name: &str, replicas: i32) -> AgentDeployment {
         "{table}"
     );
     agd
-}
-
-/// One turn on a replica pod's sidecar, answered in full.
-/// Every pod of `ns` with its phase and the end of its containers' logs,
-/// for a test that failed waiting on them.
-async fn print_pods(client: &kube::Client, ns: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    for pod in pods
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let phase = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-        let logs = node().logs(ns, &name);
-        let lines: Vec<&str> = logs.lines().collect();
-        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
-        eprintln!("---- pod {ns}/{name}: {phase} ----\n{tail}");
-    }
 }
 
 async fn chat(pod_ip: std::net::IpAddr, session: &str, input: &str) -> serde_json::Value {
@@ -294,27 +221,6 @@ fn custom_session_example_runs_and_a_conversation_crosses_replicas() {
             .await;
         },
     ));
-}
-
-async fn create_secret(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    data: BTreeMap<String, Vec<u8>>,
-) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        data: Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
-        ..Default::default()
-    };
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret created");
 }
 
 /// The stores the external example uses: run in the cluster by someone

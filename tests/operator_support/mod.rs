@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod node;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -38,16 +40,29 @@ pub fn control_plane() -> &'static ControlPlane {
             &["apply", "-f", &format!("{REPO}/manifests/crds/")],
             None,
         );
-        kubectl_ok(
-            &cp,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "crd/agentdeployments.baton.dev",
-                "--timeout=60s",
-            ],
-            None,
-        );
+        // `kubectl wait` fails at once on a CRD whose status has no
+        // conditions yet, so it is asked again until the deadline.
+        let deadline = std::time::Instant::now() + CONVERGE;
+        loop {
+            let (ok, out) = kubectl(
+                &cp,
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd/agentdeployments.baton.dev",
+                    "--timeout=60s",
+                ],
+                None,
+            );
+            if ok {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the CRD was not Established: {out}"
+            );
+            std::thread::sleep(POLL);
+        }
         cp
     })
 }
