@@ -248,11 +248,9 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
         (200, Some("solo")),
         "{body}"
     );
-    let (status, _, _) = send(http.get(format!("{}/v1/admin/prestop", replica.url))).await;
-    assert_eq!(
-        status, 401,
-        "nobody drains a replica without an admin token"
-    );
+    // The preStop hook's rule (no token from the node or the pod itself,
+    // an admin token from anywhere else) is tested with a non-loopback
+    // address in `admin_tokens_alone_guard_the_rollout_calls_and_leave_turns_open`.
     // Takeover fences out a session's holder: admin only, the tenant in
     // the path. Neither a tenant (not even the session's own) nor a caller
     // without a token may; the admin may, for any tenant.
@@ -711,4 +709,136 @@ async fn a_turn_seq_reused_with_another_input_is_refused() {
         send(http.get(format!("{}/v1/sessions/s-reuse?state=true", replica.url))).await;
     assert_eq!(view["version"], 1, "{view}");
     assert_eq!(view["state"]["payload"]["name"], "Lin", "{view}");
+}
+
+/// This machine's address on its default route: a connection to it does
+/// not come from loopback.
+fn non_loopback_ip() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    // No packet is sent: connecting a UDP socket only picks the route.
+    socket
+        .connect("10.254.254.254:9")
+        .expect("a route off this machine, for a non-loopback address");
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "{ip}");
+    ip
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_tokens_alone_guard_the_rollout_calls_and_leave_turns_open() {
+    let _one = serial().await;
+    let ip = non_loopback_ip();
+    let admins = format!("--admin-tokens={TOKEN_ADMIN}");
+    let replica = Replica::start(&["--listen=0.0.0.0:0", "--drain-timeout=20s", &admins]).await;
+    let port = replica.url.rsplit(':').next().unwrap().to_owned();
+    let remote = format!("http://{ip}:{port}");
+    let http = reqwest::Client::new();
+
+    // The turn API takes the tenant header, as without authentication.
+    let (status, body, _) = send(
+        http.post(format!("{remote}/v1/sessions/s-1/turns"))
+            .json(&json!({ "input": "hi" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // The admin API does not.
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/admin/status"),
+        (reqwest::Method::POST, "/v1/admin/drain"),
+        (reqwest::Method::POST, "/v1/admin/handover"),
+        (reqwest::Method::GET, "/v1/admin/prestop"),
+    ] {
+        let (status, body, _) = send(http.request(method, format!("{remote}{path}"))).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (401, Some("UNAUTHORIZED")),
+            "{path}: {body}"
+        );
+    }
+    let admin = |req: reqwest::RequestBuilder| req.bearer_auth(TOKEN_ADMIN);
+    let (status, body, _) = send(admin(http.get(format!("{remote}/v1/admin/status")))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["layout"], baton_session::DATA_LAYOUT, "{body}");
+    assert_eq!(body["abortedByDrain"], 0, "{body}");
+    // A handover is for a drained replica.
+    let (status, body, _) = send(admin(http.post(format!("{remote}/v1/admin/handover")))).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (409, Some("NOT_DRAINED")),
+        "{body}"
+    );
+
+    // Draining: every answer closes its connection, so a client behind a
+    // Service reconnects to a replica that serves.
+    let running = in_background(
+        &http,
+        format!("{remote}/v1/sessions/s-long/turns"),
+        "/sleep 1500",
+    );
+    baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the turn to run",
+        || async {
+            let (_, s, _) = send(admin(http.get(format!("{remote}/v1/admin/status")))).await;
+            (s["inFlight"] == 1).then_some(())
+        },
+    )
+    .await;
+    let (status, body, headers) = send(admin(http.post(format!("{remote}/v1/admin/drain")))).await;
+    assert_eq!(
+        (status, body["inFlight"].as_u64()),
+        (202, Some(1)),
+        "{body}"
+    );
+    assert_eq!(headers["connection"], "close");
+    let (status, body, headers) = send(
+        http.post(format!("{remote}/v1/sessions/s-2/turns"))
+            .json(&json!({ "input": "hi" })),
+    )
+    .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (503, Some("DRAINING")),
+        "{body}"
+    );
+    assert_eq!(headers["connection"], "close");
+    let (status, _, headers) = running.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(headers["connection"], "close");
+    let drained = baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the drain to end",
+        || async {
+            let (_, s, _) = send(admin(http.get(format!("{remote}/v1/admin/status")))).await;
+            s["drainedInMs"].as_u64().map(|ms| (ms, s))
+        },
+    )
+    .await;
+    assert!(
+        drained.0 >= 500,
+        "the drain waited for the running turn: {}",
+        drained.1
+    );
+    assert_eq!(drained.1["abortedByDrain"], 0, "{}", drained.1);
+    let (status, body, _) = send(admin(http.post(format!("{remote}/v1/admin/handover")))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["released"].as_u64(), body["stillHeld"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // The kubelet's preStop hook carries no token: from the pod itself it passes.
+    let (status, body, _) = send(http.get(format!("{}/v1/admin/prestop", replica.url))).await;
+    assert_eq!(status, 200, "{body}");
+    drop(replica);
+
+    // And from the node named by --node-ip.
+    let node = format!("--node-ip={ip}");
+    let replica = Replica::start(&["--listen=0.0.0.0:0", &admins, &node]).await;
+    let port = replica.url.rsplit(':').next().unwrap().to_owned();
+    let (status, body, _) = send(http.get(format!("http://{ip}:{port}/v1/admin/prestop"))).await;
+    assert_eq!(
+        (status, body["draining"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
 }

@@ -475,7 +475,11 @@ impl Replica {
         let agent_url = listening_url(&mut agent, "agent");
         let mut sidecar = Command::new(BATON)
             .arg("sidecar")
-            .args(["--replica-id=solo", "--listen=127.0.0.1:0"])
+            .arg("--replica-id=solo")
+            .args(
+                (!extra.iter().any(|a| a.starts_with("--listen")))
+                    .then_some("--listen=127.0.0.1:0"),
+            )
             .args(
                 (!extra.iter().any(|a| a.starts_with("--agent-url")))
                     .then(|| format!("--agent-url={agent_url}")),
