@@ -987,3 +987,100 @@ fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_fir
         kubectl_ok(cp, &["delete", "agd", name, "-n", ns, "--wait=false"], None);
     });
 }
+
+#[test]
+fn a_sidecar_of_another_data_layout_is_refused_until_the_spec_migrates() {
+    run(async {
+        let _serial = SERIAL.lock().await;
+        let ns = shared_namespace().await;
+        let _operator = operator(ns, "layout");
+        let cp = control_plane();
+        let name = "layout";
+        apply_yaml(cp, ns, &deployment(name, 2, IMAGE_V1, ""));
+        wait_settled(ns, name, 2, START).await;
+        let chat = |pod: &'static str, input: &'static str| async move {
+            let ip = node().pod_ip(ns, pod).unwrap();
+            let answer: serde_json::Value = http()
+                .post(format!("http://{ip}:7070/api/chat"))
+                .json(&serde_json::json!({"sessionId": "kept", "input": input}))
+                .timeout(Duration::from_secs(15))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            answer
+        };
+        let first = chat("layout-0", "my name is Lin").await;
+        assert_eq!(first["status"], "OK", "{first}");
+        let before = pod_uids(&replica_pods(ns, name).await);
+
+        // A sidecar build that writes another layout: refused, nothing else touched.
+        let patch = format!(r#"{{"spec":{{"sidecar":{{"image":"{NEXT_LAYOUT_IMAGE}"}}}}}}"#);
+        kubectl_ok(
+            cp,
+            &["patch", "agd", name, "-n", ns, "--type=merge", "-p", &patch],
+            None,
+        );
+        let agd = wait_agd(ns, name, "the rollout refused", ROLLOUT, |a| {
+            observed_current(a) && rollout_phase(a) == Some(RolloutPhase::Stalled)
+        })
+        .await;
+        let progressing = condition(&agd, "Progressing").unwrap();
+        assert_eq!(progressing.1, "LayoutIncompatible", "{progressing:?}");
+        assert!(progressing.2.contains("layout 3"), "{progressing:?}");
+        let now = pod_uids(&replica_pods(ns, name).await);
+        assert_eq!(now["layout-0"], before["layout-0"], "layout-0 was touched");
+        let token = admin_token(ns, name).await;
+        let refused = sidecar_status(ns, "layout-1", &token).await.unwrap();
+        assert_eq!(
+            (refused["layout"].as_u64(), refused["storeLayout"].as_u64()),
+            (Some(3), Some(2)),
+            "{refused}"
+        );
+        let turn = chat("layout-1", "what is my name?").await;
+        assert_eq!(
+            turn["status"], "LAYOUT_MISMATCH",
+            "the new build serves nothing: {turn}"
+        );
+        let second = chat("layout-0", "what is my name?").await;
+        assert_eq!(
+            second["reply"], "Your name is Lin.",
+            "the old replica serves on: {second}"
+        );
+        let events = kubectl_ok(
+            cp,
+            &[
+                "get",
+                "events",
+                "-n",
+                ns,
+                "--field-selector",
+                &format!("involvedObject.name={name}"),
+                "-o",
+                "custom-columns=REASON:.reason,NOTE:.message",
+            ],
+            None,
+        );
+        assert!(events.contains("LayoutIncompatible"), "{events}");
+
+        // Migrating: every old replica goes, the new layout takes the stores.
+        let patch = r#"{"spec":{"rollout":{"migrateLayout":true}}}"#;
+        kubectl_ok(
+            cp,
+            &["patch", "agd", name, "-n", ns, "--type=merge", "-p", patch],
+            None,
+        );
+        wait_settled(ns, name, 2, ROLLOUT).await;
+        let status = sidecar_status(ns, "layout-0", &token).await.unwrap();
+        assert_eq!(status["layout"], 3, "{status}");
+        assert!(status["storeLayout"].is_null(), "{status}");
+        let third = chat("layout-0", "what is my name?").await;
+        assert_eq!(
+            third["reply"], "Your name is Lin.",
+            "the session survived: {third}"
+        );
+        kubectl_ok(cp, &["delete", "agd", name, "-n", ns, "--wait=false"], None);
+    });
+}

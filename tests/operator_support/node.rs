@@ -6,12 +6,16 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{LazyLock, OnceLock};
 
-use baton_testnode::{ImageTable, NodeConfig, TestNode};
+use baton_testnode::{ImageTable, NodeConfig, Runner, TestNode};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, PostParams};
 
 use super::{BATON, control_plane};
+
+/// A sidecar image that stands in for a future build writing another data
+/// layout (3): `baton` run with `BATON_DATA_LAYOUT=3`.
+pub const NEXT_LAYOUT_IMAGE: &str = "ghcr.io/baton-dev/baton-next:3.0.0";
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
     tokio::runtime::Builder::new_multi_thread()
@@ -38,8 +42,17 @@ pub fn node() -> &'static TestNode {
                 .expect("temp dir");
             let node = RUNTIME.block_on(async {
                 let client = cp.admin_client().await;
-                let config =
-                    NodeConfig::new("node-0", work_dir.path(), ImageTable::standard(BATON));
+                let next = work_dir.path().join("baton-next");
+                std::fs::write(
+                    &next,
+                    format!("#!/bin/sh\nBATON_DATA_LAYOUT=3 exec {BATON} \"$@\"\n"),
+                )
+                .unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
+                let images = ImageTable::standard(BATON)
+                    .with(NEXT_LAYOUT_IMAGE, Runner::Baton { binary: next });
+                let config = NodeConfig::new("node-0", work_dir.path(), images);
                 TestNode::start(client, config)
                     .await
                     .expect("the test node starts")

@@ -87,6 +87,9 @@ pub mod env {
     /// The node's IP (downward API): the kubelet's preStop hooks come from
     /// it, and may drain without a token (they cannot carry a secret).
     pub const HOST_IP: &str = "BATON_HOST_IP";
+    /// Set (`true`) for `spec.rollout.migrateLayout`: the sidecar may take
+    /// over stores that hold another data layout.
+    pub const ADOPT_LAYOUT: &str = "BATON_ADOPT_LAYOUT";
     /// The admin token the operator calls the sidecars' admin API with.
     pub const ADMIN_TOKENS: &str = "BATON_ADMIN_TOKENS";
     /// Where the sidecar's API answers others (the dashboard), said with

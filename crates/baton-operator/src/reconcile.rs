@@ -357,6 +357,10 @@ async fn read_rollout(
         None => Vec::new(),
     };
     let probes = ctx.sidecars.probe_drains(&pods, token).await;
+    let layout_mismatch = match update_revision.as_deref() {
+        Some(update) => ctx.sidecars.probe_layouts(&pods, update, token).await,
+        None => None,
+    };
     let replica_pods: Vec<ReplicaPod> = pods.iter().map(|p| p.pod.clone()).collect();
     let spec = &agd.spec.rollout;
     let plan = rollout::plan(&rollout::Inputs {
@@ -371,6 +375,8 @@ async fn read_rollout(
         drain_timeout: valid.timings.drain_timeout,
         previous: agd.status.as_ref().and_then(|s| s.rollout.as_ref()),
         now: Timestamp::now(),
+        layout_mismatch: layout_mismatch.as_ref(),
+        migrate_layout: spec.migrate_layout,
     });
     RolloutRead {
         pods,

@@ -35,6 +35,19 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(15);
 /// Condition reason of a rollout stopped by a pod that did not become ready.
 pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 
+/// Condition reason of a rollout refused because the new sidecar writes
+/// another data layout than the stores hold.
+pub const LAYOUT_INCOMPATIBLE: &str = "LayoutIncompatible";
+
+/// A new pod whose sidecar serves nothing: the stores hold another data
+/// layout than it writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayoutMismatch {
+    pub pod: String,
+    pub layout: u32,
+    pub store_layout: u32,
+}
+
 /// One replica pod, as the rollout sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaPod {
@@ -89,6 +102,10 @@ pub struct Inputs<'a> {
     pub drain_timeout: Duration,
     pub previous: Option<&'a RolloutStatus>,
     pub now: Timestamp,
+    /// What a new pod's sidecar said of the layouts, when they differ.
+    pub layout_mismatch: Option<&'a LayoutMismatch>,
+    /// `spec.rollout.migrateLayout`.
+    pub migrate_layout: bool,
 }
 
 /// Why the rollout cannot go on by itself.
@@ -250,7 +267,29 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         old
     };
 
-    if let Some(pod) = late {
+    let mismatch = inputs
+        .layout_mismatch
+        .filter(|m| in_scope.iter().any(|p| p.name == m.pod && is_updated(p)));
+    if let Some(m) = mismatch.filter(|_| !inputs.migrate_layout) {
+        plan.stall = Some(Stall {
+            reason: LAYOUT_INCOMPATIBLE,
+            message: format!(
+                "pod {} of revision {update} writes data layout {} but the stores hold layout {}: replicas of two layouts must not share a Redis, so it serves nothing and the rollout stopped. Roll back, or set spec.rollout.migrateLayout: true to replace every old replica at once",
+                m.pod, m.layout, m.store_layout
+            ),
+        });
+        plan.replace.clear();
+        plan.drain
+            .retain(|name| surplus.iter().any(|p| &p.name == name));
+    } else if let Some(m) = mismatch {
+        // Migrating: the new layout takes the stores once no old replica
+        // is alive, so every old one goes now, whatever the budget.
+        plan.drain.extend(old.iter().map(|p| p.name.clone()));
+        plan.status.message = Some(format!(
+            "migrating the stores from data layout {} to {}: every old replica is replaced at once; sessions wait until the new ones serve",
+            m.store_layout, m.layout
+        ));
+    } else if let Some(pod) = late {
         plan.stall = Some(Stall {
             reason: PROGRESS_DEADLINE_EXCEEDED,
             message: format!(
@@ -289,6 +328,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         && updated == desired
         && in_scope.iter().all(|p| p.drain_started_at.is_none());
     let same_rollout = previous.is_some_and(|p| p.revision.as_deref() == Some(update));
+    let migrating = plan.status.message.take().filter(|_| mismatch.is_some());
     let status = &mut plan.status;
     if !same_rollout {
         status.started_at = None;
@@ -349,7 +389,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             (None, RolloutPhase::Paused) => Some(format!(
                 "paused with {updated}/{desired} replicas at revision {update}; resume with `baton rollout resume` or spec.rollout.paused: false"
             )),
-            _ => None,
+            _ => migrating,
         };
         if plan.requeue.is_none() {
             plan.requeue = Some(PROGRESS_POLL);
@@ -430,6 +470,8 @@ mod tests {
         max_unavailable: i32,
         now: i64,
         previous: Option<RolloutStatus>,
+        layout_mismatch: Option<LayoutMismatch>,
+        migrate_layout: bool,
     }
 
     impl Case {
@@ -443,6 +485,8 @@ mod tests {
                 max_unavailable: 1,
                 now: 100,
                 previous: None,
+                layout_mismatch: None,
+                migrate_layout: false,
             }
         }
 
@@ -459,6 +503,8 @@ mod tests {
                 drain_timeout: Duration::from_secs(60),
                 previous: self.previous.as_ref(),
                 now: at(self.now),
+                layout_mismatch: self.layout_mismatch.as_ref(),
+                migrate_layout: self.migrate_layout,
             })
         }
     }
@@ -615,6 +661,31 @@ mod tests {
         ])
         .plan();
         assert_eq!(plan.drain, ["demo-2"]);
+    }
+
+    #[test]
+    fn a_new_sidecar_of_another_layout_stops_the_rollout_unless_the_spec_migrates() {
+        let mut case = Case::new(vec![
+            pod(0, OLD, true),
+            pod(1, OLD, true),
+            pod(2, NEW, false),
+        ]);
+        case.layout_mismatch = Some(LayoutMismatch {
+            pod: "demo-2".into(),
+            layout: 3,
+            store_layout: 2,
+        });
+        let plan = case.plan();
+        assert!(plan.drain.is_empty(), "{plan:?}");
+        assert_eq!(plan.status.phase, RolloutPhase::Stalled);
+        let stall = plan.stall.unwrap();
+        assert_eq!(stall.reason, LAYOUT_INCOMPATIBLE);
+        assert!(stall.message.contains("layout 3") && stall.message.contains("migrateLayout"));
+        case.migrate_layout = true;
+        let plan = case.plan();
+        assert_eq!(plan.drain, ["demo-1", "demo-0"], "every old pod at once");
+        assert!(plan.stall.is_none());
+        assert!(plan.status.message.unwrap().contains("migrating"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use crate::rollout::{DrainProbe, ReplicaPod};
+use crate::rollout::{DrainProbe, LayoutMismatch, ReplicaPod};
 
 /// How long one call to a sidecar may take: the admin API answers at once
 /// (a drain is started, not waited for).
@@ -158,6 +158,35 @@ impl Sidecars {
     ) -> Result<Handover, SidecarError> {
         self.call(reqwest::Method::POST, ip, paths::HANDOVER, token)
             .await
+    }
+
+    /// Whether a starting pod of the update revision serves nothing
+    /// because the stores hold another data layout than its sidecar writes.
+    pub async fn probe_layouts(
+        &self,
+        pods: &[LivePod],
+        update_revision: &str,
+        token: Option<&str>,
+    ) -> Option<LayoutMismatch> {
+        let starting = pods.iter().filter(|p| {
+            p.pod.revision.as_deref() == Some(update_revision)
+                && !p.pod.ready
+                && !p.pod.terminating
+                && p.pod.drain_started_at.is_none()
+        });
+        for pod in starting {
+            if let Ok(status) = self.status(pod.ip.as_deref(), token).await
+                && let (Some(layout), Some(store_layout)) = (status.layout, status.store_layout)
+                && layout != store_layout
+            {
+                return Some(LayoutMismatch {
+                    pod: pod.pod.name.clone(),
+                    layout,
+                    store_layout,
+                });
+            }
+        }
+        None
     }
 
     /// How the drain of each pod that carries the drain annotation goes.

@@ -76,6 +76,9 @@ impl RuntimeConfig {
             Dependency::Managed(m) => (m.bucket.clone(), true),
             Dependency::External(e) => (e.bucket.clone(), e.force_path_style),
         };
+        if agd.resource.spec.rollout.migrate_layout {
+            settings.insert(env::ADOPT_LAYOUT, "true".to_owned());
+        }
         settings.insert(env::S3_BUCKET, bucket);
         settings.insert(env::S3_FORCE_PATH_STYLE, path_style.to_string());
         Self(

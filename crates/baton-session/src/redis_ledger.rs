@@ -693,6 +693,10 @@ impl TurnStore for RedisLedgerStore {
         self.redis.revoke(key).await
     }
 
+    async fn claim_layout(&self, mine: u32, adopt: bool) -> StoreResult<u32> {
+        self.redis.claim_layout(mine, adopt).await
+    }
+
     async fn heartbeat_with(
         &self,
         replica: &ReplicaId,

@@ -98,6 +98,20 @@ pub trait TurnStore: Send + Sync {
         key: &SessionKey,
     ) -> impl Future<Output = StoreResult<Option<SessionView>>> + Send;
 
+    /// The data layout the stores hold, recording `mine` first if they
+    /// hold none. With `adopt`, `mine` replaces another recorded layout
+    /// once no live replica says it writes anything but `mine` (a replica
+    /// that says nothing counts as another). Stores one build alone uses
+    /// (the embedded one) hold no record and answer `mine`.
+    fn claim_layout(
+        &self,
+        mine: u32,
+        adopt: bool,
+    ) -> impl Future<Output = StoreResult<u32>> + Send {
+        let _ = adopt;
+        std::future::ready(Ok(mine))
+    }
+
     /// When (Unix ms) this process made the oldest commit the ledger may
     /// not have yet; `None` when everything it committed has shipped, or
     /// when commits reach the ledger at once (no shipping). A replica

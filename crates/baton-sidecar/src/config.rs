@@ -36,6 +36,18 @@ pub struct SidecarArgs {
     #[arg(long, env = env::HOST_IP)]
     pub node_ip: Option<std::net::IpAddr>,
 
+    /// Take over stores that hold another data layout once no replica of
+    /// that layout is alive (the operator sets it for
+    /// `spec.rollout.migrateLayout`). Without it, a replica whose layout
+    /// differs from the stores' serves no turn.
+    #[arg(long, env = env::ADOPT_LAYOUT, default_value_t = false, action = clap::ArgAction::Set)]
+    pub adopt_layout: bool,
+
+    /// The data layout this replica says it writes. For tests that stand
+    /// in for another build; leave it alone.
+    #[arg(long, env = "BATON_DATA_LAYOUT", default_value_t = baton_session::DATA_LAYOUT, hide = true)]
+    pub data_layout: u32,
+
     /// Base URL of the agent (the contract's `POST /v1/turn` is appended).
     #[arg(long, env = env::AGENT_URL, default_value = "http://127.0.0.1:8080")]
     pub agent_url: String,

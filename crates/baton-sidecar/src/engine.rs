@@ -85,6 +85,10 @@ pub enum TurnError {
     #[error("this replica is draining; retry on another")]
     Draining,
     #[error(
+        "this replica writes data layout {layout} but the stores hold layout {store}; it serves no turn (retry on another)"
+    )]
+    LayoutMismatch { layout: u32, store: u32 },
+    #[error(
         "the turn was aborted at the drain timeout; nothing was committed, but the agent may have run"
     )]
     AbortedByDrain,
@@ -114,6 +118,7 @@ impl TurnError {
             Self::TurnSeqReused { .. } => "TURN_SEQ_REUSED",
             Self::StateLost { .. } => "STATE_LOST",
             Self::Draining => "DRAINING",
+            Self::LayoutMismatch { .. } => "LAYOUT_MISMATCH",
             Self::AbortedByDrain => "ABORTED",
             Self::CommitUnknown { .. } => "COMMIT_UNKNOWN",
             Self::Agent(AgentCallError::Timeout(_)) => "AGENT_TIMEOUT",
@@ -160,6 +165,13 @@ pub struct Engine<S> {
     /// Session directories known to hold exactly a committed version's
     /// files, so the next turn on this replica skips materialising them.
     local: Arc<LocalWorkspaces>,
+    /// The data layout this build writes, and whether it may take over
+    /// stores that hold another (`--adopt-layout`).
+    pub layout: u32,
+    adopt_layout: bool,
+    /// The layout the stores hold, as the last heartbeat read it; 0 until
+    /// read. Another than [`Self::layout`]: turns are refused.
+    store_layout: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// How much the replica keeps of session directories between turns: they
@@ -430,7 +442,29 @@ impl<S: TurnStore + 'static> Engine<S> {
             metrics: Metrics::default(),
             store_ok_at_ms: Arc::default(),
             local: Arc::new(LocalWorkspaces::new(LocalBudget::default())),
+            layout: baton_session::DATA_LAYOUT,
+            adopt_layout: false,
+            store_layout: Arc::default(),
         })
+    }
+
+    /// Sets the data layout this replica says it writes (a test stands in
+    /// for another build with it) and whether it may adopt stores that
+    /// hold another once no replica of that one is alive.
+    pub fn with_layout(mut self, layout: u32, adopt: bool) -> Self {
+        self.layout = layout;
+        self.adopt_layout = adopt;
+        self
+    }
+
+    /// The layout the stores hold when it is not this replica's: replicas
+    /// of two layouts must not share a Redis, so this one serves nothing.
+    pub fn layout_mismatch(&self) -> Option<u32> {
+        match self.store_layout.load(Ordering::Relaxed) {
+            0 => None,
+            store if store == self.layout => None,
+            store => Some(store),
+        }
     }
 
     /// Sets how much of the session directories this replica keeps
@@ -472,6 +506,9 @@ impl<S: TurnStore + 'static> Engine<S> {
             metrics: self.metrics.clone(),
             store_ok_at_ms: self.store_ok_at_ms.clone(),
             local: self.local.clone(),
+            layout: self.layout,
+            adopt_layout: self.adopt_layout,
+            store_layout: self.store_layout.clone(),
         }
     }
 
@@ -495,10 +532,20 @@ impl<S: TurnStore + 'static> Engine<S> {
             build: env!("CARGO_PKG_VERSION").to_owned(),
             oldest_unshipped_ms: store.oldest_unshipped_ms(),
             url: self.advertised_url.clone(),
+            layout: Some(self.layout),
         };
         store
             .heartbeat_with(&self.holder, info, self.timings.heartbeat_ttl)
             .await?;
+        let held = store.claim_layout(self.layout, self.adopt_layout).await?;
+        let before = self.store_layout.swap(held, Ordering::Relaxed);
+        if held != self.layout && before != held {
+            tracing::error!(
+                store_layout = held,
+                layout = self.layout,
+                "the stores hold another data layout: this replica serves no turn (replicas of two layouts must not share a Redis; see spec.rollout.migrateLayout)"
+            );
+        }
         self.store_ok_at_ms.store(now_ms(), Ordering::Relaxed);
         Ok(())
     }
@@ -552,6 +599,12 @@ impl<S: TurnStore + 'static> Engine<S> {
     }
 
     async fn run(&self, ask: &TurnAsk) -> Result<TurnAnswer, TurnError> {
+        if let Some(store) = self.layout_mismatch() {
+            return Err(TurnError::LayoutMismatch {
+                layout: self.layout,
+                store,
+            });
+        }
         let deadline = Instant::now() + ask.wait;
         let input_digest = digest(ask.input.as_bytes());
         let begin = BeginRequest {

@@ -125,7 +125,8 @@ async fn serve<S: ThreadStore>(
             max_bytes: args.workspace_cache_mib.saturating_mul(1 << 20),
             ..engine::LocalBudget::default()
         })
-        .with_advertised_url(args.advertise_url.clone()),
+        .with_advertised_url(args.advertise_url.clone())
+        .with_layout(args.data_layout, args.adopt_layout),
     );
     let auth = Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
         .map_err(anyhow::Error::msg)?;

@@ -122,6 +122,10 @@ pub struct ReplicaInfo {
     /// dashboard drains it there. Absent when it did not say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The data layout it writes (`baton_session::DATA_LAYOUT`); absent
+    /// from builds before it was said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<u32>,
 }
 
 /// A live replica: its heartbeat is current.
@@ -181,6 +185,10 @@ pub struct ReplicaStatus {
     /// (`baton_session::DATA_LAYOUT`); absent from builds before it was said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<u32>,
+    /// The layout the stores hold (the first replica's), when it differs
+    /// from [`Self::layout`] this replica refuses turns and is not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_layout: Option<u32>,
 }
 
 /// `POST /v1/admin/handover`: what a drained replica gave back.

@@ -129,6 +129,11 @@ impl KeySpace {
     }
 
     /// Replicas by heartbeat expiry (ms): member the holder id.
+    /// The data layout the replicas of this namespace write.
+    pub(super) fn layout(&self) -> String {
+        format!("{}:layout", self.prefix)
+    }
+
     pub(super) fn replicas(&self) -> String {
         format!("{}:replicas", self.prefix)
     }

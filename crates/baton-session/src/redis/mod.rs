@@ -713,6 +713,10 @@ impl TurnStore for RedisStore {
         Ok(released == 1)
     }
 
+    async fn claim_layout(&self, mine: u32, adopt: bool) -> StoreResult<u32> {
+        RedisStore::claim_layout(self, mine, adopt).await
+    }
+
     async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
         let keys = self.space.session(key);
         self.scripts

@@ -5,6 +5,48 @@ use crate::store::StoreResult;
 use crate::turn_record;
 
 impl RedisStore {
+    /// See [`crate::TurnStore::claim_layout`]: a `SET NX` of the layout
+    /// key, and with `adopt` a `SET` once every live replica says `mine`.
+    pub async fn claim_layout(&self, mine: u32, adopt: bool) -> StoreResult<u32> {
+        let mut conn = self.conn.clone();
+        let key = self.space.layout();
+        let recorded: Option<u32> = redis::cmd("SET")
+            .arg(&key)
+            .arg(mine)
+            .arg("NX")
+            .arg("GET")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let Some(recorded) = recorded else {
+            return Ok(mine);
+        };
+        if recorded == mine || !adopt {
+            return Ok(recorded);
+        }
+        let others = self
+            .replicas()
+            .await?
+            .into_iter()
+            .filter(|r| r.info.layout != Some(mine))
+            .count();
+        if others > 0 {
+            return Ok(recorded);
+        }
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(mine)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        tracing::warn!(
+            from = recorded,
+            to = mine,
+            "the stores now hold this build's data layout"
+        );
+        Ok(mine)
+    }
+
     /// Replicas whose heartbeat key is alive, with when they last beat:
     /// the replica index names the candidates (no keyspace walk), their
     /// heartbeat keys decide. Two round trips, whatever the keyspace holds.

@@ -24,7 +24,8 @@ pub(super) fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatu
         aborted_by_drain: engine.inflight.aborted(),
         drained_in_ms: engine.inflight.drained_in_ms(),
         unreleased_leases: engine.inflight.unreleased_count() as u64,
-        layout: Some(baton_session::DATA_LAYOUT),
+        layout: Some(engine.layout),
+        store_layout: engine.layout_mismatch(),
     }
 }
 
@@ -131,6 +132,16 @@ pub(super) async fn readyz<S: TurnStore + SessionCatalog + 'static>(
             StatusCode::SERVICE_UNAVAILABLE,
             "DRAINING",
             "this replica is draining",
+        ));
+    }
+    if let Some(store) = api.engine.layout_mismatch() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "LAYOUT_MISMATCH",
+            format!(
+                "this replica writes data layout {} but the stores hold layout {store}",
+                api.engine.layout
+            ),
         ));
     }
     if !api.engine.stores_answer() {

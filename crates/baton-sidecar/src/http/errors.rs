@@ -134,6 +134,10 @@ impl From<TurnError> for ApiError {
             }
             // Never started here: any replica may take it (the front door does).
             TurnError::Draining => status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon),
+            TurnError::LayoutMismatch { layout, store } => status(StatusCode::SERVICE_UNAVAILABLE)
+                .with("layout", layout)
+                .with("storeLayout", store)
+                .retry_after(retry_soon),
             // Nothing committed, but the agent ran: the client decides.
             TurnError::AbortedByDrain => {
                 status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
