@@ -59,6 +59,10 @@ fn cross_field_fixtures_fail_the_cel_rules_too() {
         ),
         ("lease-too-short", "leaseTtl must be between 2s and 1h"),
         (
+            "progress-deadline-too-short",
+            "progressDeadline must be between 10s and 24h",
+        ),
+        (
             "heartbeat-not-shorter-than-lease",
             "heartbeatInterval must be at least 50ms and shorter than leaseTtl",
         ),

@@ -509,11 +509,22 @@ fn a_release_under_load_fails_loses_and_repeats_no_turn_and_beats_a_plain_rollin
             summary("StatefulSet RollingUpdate (75 s run)", &plain_report)
         );
         eprintln!(
-            "operator rollout took {:.1} s (between deletions: {}); RollingUpdate took {:.1} s\n",
+            "operator rollout took {:.1} s (between deletions: {}); RollingUpdate took {:.1} s",
             rollout_took.as_secs_f64(),
             gaps.join(", "),
             plain_took.as_secs_f64()
         );
+        // Per pod: the drain as the sidecar measured it, and how long the
+        // new pod took from its creation to Ready.
+        for line in events.lines() {
+            if line.starts_with("Drained") || line.starts_with("PodReady") {
+                eprintln!(
+                    "  {}",
+                    line.split_whitespace().collect::<Vec<_>>().join(" ")
+                );
+            }
+        }
+        eprintln!();
         kubectl_ok(cp, &["delete", "agd", name, "-n", ns, "--wait=false"], None);
     });
 }

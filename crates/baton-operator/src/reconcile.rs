@@ -750,7 +750,7 @@ async fn write_status(
     api.patch_status(
         &agd.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": new })),
+        &Patch::Merge(status::patch(previous, &new)),
     )
     .await?;
     Ok(())
@@ -818,7 +818,7 @@ async fn report_problem(
             .patch_status(
                 &agd.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": new })),
+                &Patch::Merge(status::patch(previous, &new)),
             )
             .await;
     }

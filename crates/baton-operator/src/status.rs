@@ -287,6 +287,40 @@ pub fn compute(
     }
 }
 
+/// The JSON merge patch (RFC 7386) from the `previous` status to `new`:
+/// a field `new` no longer has is sent as `null`, or the API server would
+/// keep it (and every later comparison would find a difference).
+pub fn patch(
+    previous: Option<&AgentDeploymentStatus>,
+    new: &AgentDeploymentStatus,
+) -> serde_json::Value {
+    let new = serde_json::to_value(new).expect("a status serialises");
+    let previous = previous
+        .map(|p| serde_json::to_value(p).expect("a status serialises"))
+        .unwrap_or(serde_json::Value::Null);
+    serde_json::json!({ "status": merge_diff(&previous, new) })
+}
+
+fn merge_diff(previous: &serde_json::Value, new: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (previous, new) {
+        (Value::Object(before), Value::Object(mut after)) => {
+            for key in before.keys() {
+                if !after.contains_key(key) {
+                    after.insert(key.clone(), Value::Null);
+                }
+            }
+            for (key, value) in after.iter_mut() {
+                if let Some(old) = before.get(key) {
+                    *value = merge_diff(old, std::mem::take(value));
+                }
+            }
+            Value::Object(after)
+        }
+        (_, new) => new,
+    }
+}
+
 fn condition(
     previous: &[Condition],
     generation: Option<i64>,
@@ -363,6 +397,51 @@ mod tests {
 
     fn get<'a>(status: &'a AgentDeploymentStatus, type_: &str) -> &'a Condition {
         find(Some(status), type_).unwrap()
+    }
+
+    #[test]
+    fn the_patch_removes_what_the_new_status_no_longer_has() {
+        let previous = AgentDeploymentStatus {
+            rollout: Some(RolloutStatus {
+                message: Some("waiting".into()),
+                pod: Some("bot-1".into()),
+                ..RolloutStatus::default()
+            }),
+            current_revision: Some("bot-1".into()),
+            ..AgentDeploymentStatus::default()
+        };
+        let new = AgentDeploymentStatus {
+            rollout: Some(RolloutStatus {
+                pod: Some("bot-0".into()),
+                ..RolloutStatus::default()
+            }),
+            ..AgentDeploymentStatus::default()
+        };
+        let patch = patch(Some(&previous), &new);
+        assert_eq!(
+            patch["status"]["rollout"]["message"],
+            serde_json::Value::Null
+        );
+        assert!(
+            patch["status"]["rollout"]
+                .as_object()
+                .unwrap()
+                .contains_key("message")
+        );
+        assert_eq!(patch["status"]["rollout"]["pod"], "bot-0");
+        assert!(
+            patch["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("currentRevision")
+        );
+        let fresh = super::patch(None, &new);
+        assert!(
+            !fresh["status"]["rollout"]
+                .as_object()
+                .unwrap()
+                .contains_key("message")
+        );
     }
 
     #[test]
