@@ -159,6 +159,7 @@ fn rendered_objects_per_example() {
         external,
         [
             "ServiceAccount",
+            "Secret",
             "ConfigMap",
             "Service",
             "Service",

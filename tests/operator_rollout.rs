@@ -884,13 +884,15 @@ fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_fir
         apply_yaml(cp, ns, &deployment(name, 3, IMAGE_V1, ""));
         wait_settled(ns, name, 3, START).await;
 
+        let first = agds(ns).await.get(name).await.unwrap();
+        let first_revision = first.status.unwrap().update_revision;
         set_image(ns, name, IMAGE_V2);
         wait_agd(ns, name, "one replica updated", ROLLOUT, |a| {
-            a.status
-                .as_ref()
-                .and_then(|s| s.rollout.as_ref())
-                .is_some_and(|r| {
-                    r.updated >= 1 && r.revision == a.status.as_ref().unwrap().update_revision
+            let status = a.status.as_ref();
+            observed_current(a)
+                && status.is_some_and(|s| s.update_revision != first_revision)
+                && status.and_then(|s| s.rollout.as_ref()).is_some_and(|r| {
+                    r.updated >= 1 && r.revision == status.unwrap().update_revision
                 })
         })
         .await;

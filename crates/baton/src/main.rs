@@ -46,9 +46,10 @@ enum Command {
         /// The manifest (YAML or JSON); `-` reads standard input.
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
-        /// Credentials of the managed stores (YAML with redisPassword,
-        /// postgresPassword, objectStoreAccessKeyId,
-        /// objectStoreSecretAccessKey). Fresh random ones when omitted.
+        /// Credentials of the managed stores and the sidecars' admin token
+        /// (YAML with redisPassword, postgresPassword,
+        /// objectStoreAccessKeyId, objectStoreSecretAccessKey, adminToken).
+        /// Fresh random ones when omitted.
         #[arg(long, env = "BATON_CREDENTIALS_FILE")]
         credentials: Option<PathBuf>,
     },
