@@ -289,19 +289,27 @@ async fn reconcile_resource(
     // The plan read the StatefulSet before this apply; a changed one gets
     // a new revision first, and the next reconcile (its watch event) goes on.
     let mut rollout_status = rollout.plan.status.clone();
+    let mut stall = rollout.plan.stall.clone();
+    if replicas_applied {
+        // The plan judged the template before this apply: neither its
+        // "complete" nor its "stalled" holds for the new one.
+        rollout_status.phase = RolloutPhase::Progressing;
+        rollout_status.message = Some("the replica StatefulSet is being updated".into());
+        stall = None;
+    }
     if !replicas_applied {
         if let Some(step) = run_rollout(agd, ctx, &rollout, token).await? {
             rollout_status.last_step = Some(step);
         }
     }
-    announce_rollout(agd, ctx, &rollout).await;
+    announce_rollout(agd, ctx, &rollout_status, stall.as_ref()).await;
 
     // status
     let problem =
         (!missing_secrets.is_empty()).then_some(Problem::ExternalSecretMissing(missing_secrets));
     let mut observed = observe(agd, Some(&valid), ctx, problem);
     observed.rollout = Some(rollout_status);
-    observed.stall = rollout.plan.stall.clone();
+    observed.stall = stall;
     observed.current_revision = rollout.plan.current_revision.clone();
     if replicas_applied && let Some(replicas) = observed.replicas.as_mut() {
         // The cache still holds the template before this apply.
@@ -468,9 +476,10 @@ async fn run_rollout(
             if handed_over == 1 { "" } else { "s" }
         );
         info!(pod = %pod.pod.name, drained_in_ms, handed_over, "drained");
-        publish(
+        publish_about(
             ctx,
             agd,
+            Some(&pod.pod),
             EventType::Normal,
             "Drained",
             "Rollout",
@@ -484,7 +493,16 @@ async fn run_rollout(
             pod.pod.name
         );
         info!(pod = %pod.pod.name, "deleted for the rollout");
-        publish(ctx, agd, EventType::Normal, "Deleted", "Rollout", deleted).await;
+        publish_about(
+            ctx,
+            agd,
+            Some(&pod.pod),
+            EventType::Normal,
+            "Deleted",
+            "Rollout",
+            deleted,
+        )
+        .await;
         last_step = Some(format!("replaced {drained}"));
     }
     // A pod the previous step waited for that is ready now.
@@ -509,9 +527,10 @@ async fn run_rollout(
             })
             .unwrap_or_default();
         let note = format!("{name} is ready at revision {update}{after}");
-        publish(
+        publish_about(
             ctx,
             agd,
+            Some(&pod.pod),
             EventType::Normal,
             "PodReady",
             "Rollout",
@@ -526,9 +545,13 @@ async fn run_rollout(
 }
 
 /// An event when the rollout's phase changes: complete, paused, stalled.
-async fn announce_rollout(agd: &AgentDeployment, ctx: &Context, rollout: &RolloutRead) {
+async fn announce_rollout(
+    agd: &AgentDeployment,
+    ctx: &Context,
+    new: &baton_api::RolloutStatus,
+    stall: Option<&rollout::Stall>,
+) {
     let previous = agd.status.as_ref().and_then(|s| s.rollout.as_ref());
-    let new = &rollout.plan.status;
     if previous.map(|p| p.phase) == Some(new.phase) {
         return;
     }
@@ -559,7 +582,7 @@ async fn announce_rollout(agd: &AgentDeployment, ctx: &Context, rollout: &Rollou
             .await;
         }
         RolloutPhase::Stalled => {
-            if let Some(stall) = &rollout.plan.stall {
+            if let Some(stall) = stall {
                 publish(
                     ctx,
                     agd,
@@ -832,13 +855,36 @@ async fn publish(
     action: &str,
     note: String,
 ) {
+    publish_about(ctx, agd, None, type_, reason, action, note).await
+}
+
+/// An event on the resource, naming `pod` as the related object: the
+/// recorder folds repeats of one reason about the same objects into a
+/// series that keeps the first note, so each pod's step needs its own.
+async fn publish_about(
+    ctx: &Context,
+    agd: &AgentDeployment,
+    pod: Option<&ReplicaPod>,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let secondary = pod.map(|p| k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(p.name.clone()),
+        namespace: agd.namespace(),
+        uid: Some(p.uid.clone()),
+        ..Default::default()
+    });
     let event = Event {
         type_,
         reason: reason.to_owned(),
         // Events cap notes at 1 kB.
         note: Some(note.chars().take(1000).collect()),
         action: action.to_owned(),
-        secondary: None,
+        secondary,
     };
     ctx.metrics.write("event");
     if let Err(error) = ctx.recorder.publish(&event, &agd.object_ref(&())).await {
