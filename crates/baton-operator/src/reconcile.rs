@@ -297,10 +297,8 @@ async fn reconcile_resource(
         rollout_status.message = Some("the replica StatefulSet is being updated".into());
         stall = None;
     }
-    if !replicas_applied {
-        if let Some(step) = run_rollout(agd, ctx, &rollout, token).await? {
-            rollout_status.last_step = Some(step);
-        }
+    if !replicas_applied && let Some(step) = run_rollout(agd, ctx, &rollout, token).await? {
+        rollout_status.last_step = Some(step);
     }
     announce_rollout(agd, ctx, &rollout_status, stall.as_ref()).await;
 
