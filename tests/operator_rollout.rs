@@ -389,6 +389,62 @@ async fn sidecar_status(ns: &str, pod: &str, token: &str) -> Option<serde_json::
         .ok()
 }
 
+/// A two-minute turn of `session` on `pod`, started in the background;
+/// returns once the pod's sidecar reports it running. Its answer (status,
+/// body, time taken) comes with the handle.
+async fn long_turn(
+    ns: &'static str,
+    pod: &'static str,
+    session: &str,
+    token: &str,
+) -> tokio::task::JoinHandle<(u16, serde_json::Value, Duration)> {
+    let ip = node().pod_ip(ns, pod).unwrap();
+    let url = format!("http://{ip}:7070/v1/sessions/{session}/turns");
+    let turn = tokio::spawn(async move {
+        let started = Instant::now();
+        let answer = http()
+            .post(url)
+            .json(&serde_json::json!({"input": "/sleep 120000", "turnSeq": 1}))
+            .timeout(Duration::from_secs(100))
+            .send()
+            .await
+            .expect("the sidecar answers");
+        let status = answer.status().as_u16();
+        let body: serde_json::Value = answer.json().await.unwrap_or_default();
+        (status, body, started.elapsed())
+    });
+    baton_testkit::poll_async_every(
+        Duration::from_millis(100),
+        Duration::from_secs(30),
+        &format!("the long turn to run on {pod}"),
+        || async move {
+            let status = sidecar_status(ns, pod, token).await?;
+            (status["inFlight"] == 1).then_some(())
+        },
+    )
+    .await;
+    turn
+}
+
+/// The events of deployment `name`, oldest first, as `REASON NOTE` lines.
+fn events(ns: &str, name: &str) -> String {
+    kubectl_ok(
+        control_plane(),
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={name}"),
+            "-o",
+            "custom-columns=REASON:.reason,NOTE:.message",
+            "--sort-by=.metadata.creationTimestamp",
+        ],
+        None,
+    )
+}
+
 fn pod_uids(pods: &[Pod]) -> BTreeMap<String, String> {
     pods.iter()
         .map(|p| {
@@ -464,21 +520,7 @@ fn a_release_under_load_fails_loses_and_repeats_no_turn_and_beats_a_plain_rollin
         }
         let status = agd.status.clone().unwrap();
         assert_eq!(status.current_revision, status.update_revision);
-        let events = kubectl_ok(
-            cp,
-            &[
-                "get",
-                "events",
-                "-n",
-                ns,
-                "--field-selector",
-                &format!("involvedObject.name={name}"),
-                "-o",
-                "custom-columns=REASON:.reason,NOTE:.message",
-                "--sort-by=.metadata.creationTimestamp",
-            ],
-            None,
-        );
+        let events = events(ns, name);
         for reason in [
             "Draining",
             "Drained",
@@ -660,33 +702,7 @@ fn a_turn_longer_than_the_drain_timeout_is_aborted_and_its_session_moves_on_at_o
         wait_settled(ns, name, 2, START).await;
         let token = admin_token(ns, name).await;
         // long-1 is drained first (highest ordinal).
-        let ip1 = node().pod_ip(ns, "long-1").unwrap();
-        let turn = tokio::spawn(async move {
-            let started = Instant::now();
-            let answer = http()
-                .post(format!("http://{ip1}:7070/v1/sessions/slow/turns"))
-                .json(&serde_json::json!({"input": "/sleep 120000", "turnSeq": 1}))
-                .timeout(Duration::from_secs(100))
-                .send()
-                .await
-                .expect("the sidecar answers");
-            let status = answer.status().as_u16();
-            let body: serde_json::Value = answer.json().await.unwrap();
-            (status, body, started.elapsed())
-        });
-        baton_testkit::poll_async_every(
-            Duration::from_millis(100),
-            Duration::from_secs(30),
-            "the long turn to run on long-1",
-            || {
-                let token = token.clone();
-                async move {
-                    let status = sidecar_status(ns, "long-1", &token).await?;
-                    (status["inFlight"] == 1).then_some(())
-                }
-            },
-        )
-        .await;
+        let turn = long_turn(ns, "long-1", "slow", &token).await;
         let (deletions, _watch) = Deletions::watch(ns, name).await;
         set_image(ns, name, IMAGE_V2);
         let (status, body, took) = tokio::time::timeout(Duration::from_secs(60), turn)
@@ -721,20 +737,7 @@ fn a_turn_longer_than_the_drain_timeout_is_aborted_and_its_session_moves_on_at_o
         );
         let agd = wait_settled(ns, name, 2, ROLLOUT).await;
         deletions.assert_all_drained_first();
-        let events = kubectl_ok(
-            cp,
-            &[
-                "get",
-                "events",
-                "-n",
-                ns,
-                "--field-selector",
-                &format!("involvedObject.name={name}"),
-                "-o",
-                "custom-columns=REASON:.reason,NOTE:.message",
-            ],
-            None,
-        );
+        let events = events(ns, name);
         assert!(events.contains("long-1 drained in"), "{events}");
         assert!(events.contains("1 turn handed over"), "{events}");
         assert_eq!(
@@ -843,29 +846,8 @@ fn an_operator_killed_mid_rollout_is_resumed_by_the_next_leader_and_no_pod_goes_
         apply_yaml(cp, ns, &deployment(name, 3, IMAGE_V1, extra));
         wait_settled(ns, name, 3, START).await;
         // A long turn on resume-2 keeps its drain going for the drain timeout.
-        let ip2 = node().pod_ip(ns, "resume-2").unwrap();
-        let _turn = tokio::spawn(async move {
-            let _ = http()
-                .post(format!("http://{ip2}:7070/v1/sessions/held/turns"))
-                .json(&serde_json::json!({"input": "/sleep 120000", "turnSeq": 1}))
-                .timeout(Duration::from_secs(100))
-                .send()
-                .await;
-        });
         let token = admin_token(ns, name).await;
-        baton_testkit::poll_async_every(
-            Duration::from_millis(100),
-            Duration::from_secs(30),
-            "the long turn to run on resume-2",
-            || {
-                let token = token.clone();
-                async move {
-                    let status = sidecar_status(ns, "resume-2", &token).await?;
-                    (status["inFlight"] == 1).then_some(())
-                }
-            },
-        )
-        .await;
+        let _turn = long_turn(ns, "resume-2", "held", &token).await;
         let (deletions, _watch) = Deletions::watch(ns, name).await;
         set_image(ns, name, IMAGE_V2);
         // Kill the leader while it drains resume-2.
@@ -1086,20 +1068,7 @@ fn a_sidecar_of_another_data_layout_is_refused_until_the_spec_migrates() {
             second["reply"], "Your name is Lin.",
             "the old replica serves on: {second}"
         );
-        let events = kubectl_ok(
-            cp,
-            &[
-                "get",
-                "events",
-                "-n",
-                ns,
-                "--field-selector",
-                &format!("involvedObject.name={name}"),
-                "-o",
-                "custom-columns=REASON:.reason,NOTE:.message",
-            ],
-            None,
-        );
+        let events = events(ns, name);
         assert!(events.contains("LayoutIncompatible"), "{events}");
 
         // Migrating: every old replica goes, the new layout takes the stores.

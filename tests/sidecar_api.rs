@@ -55,11 +55,20 @@ fn in_background(
 
 /// Waits until the replica reports exactly one turn running.
 async fn one_turn_in_flight(http: &reqwest::Client, replica: &Replica) {
+    one_turn_in_flight_at(http, &replica.url, None).await
+}
+
+/// [`one_turn_in_flight`] for the sidecar at `base`, with an admin token.
+async fn one_turn_in_flight_at(http: &reqwest::Client, base: &str, token: Option<&str>) {
     baton_testkit::poll_async(
         std::time::Duration::from_secs(10),
         "the turn to run",
         || async {
-            let (_, s, _) = send(http.get(format!("{}/v1/admin/status", replica.url))).await;
+            let mut status = http.get(format!("{base}/v1/admin/status"));
+            if let Some(token) = token {
+                status = status.bearer_auth(token);
+            }
+            let (_, s, _) = send(status).await;
             (s["inFlight"] == 1).then_some(())
         },
     )
@@ -775,15 +784,7 @@ async fn admin_tokens_alone_guard_the_rollout_calls_and_leave_turns_open() {
         format!("{remote}/v1/sessions/s-long/turns"),
         "/sleep 1500",
     );
-    baton_testkit::poll_async(
-        std::time::Duration::from_secs(10),
-        "the turn to run",
-        || async {
-            let (_, s, _) = send(admin(http.get(format!("{remote}/v1/admin/status")))).await;
-            (s["inFlight"] == 1).then_some(())
-        },
-    )
-    .await;
+    one_turn_in_flight_at(&http, &remote, Some(TOKEN_ADMIN)).await;
     let (status, body, headers) = send(admin(http.post(format!("{remote}/v1/admin/drain")))).await;
     assert_eq!(
         (status, body["inFlight"].as_u64()),
