@@ -83,7 +83,7 @@ pub enum Error {
 /// The status time: whole seconds, as the API server stores it, so that a
 /// status read back compares equal to the one written.
 fn now() -> Time {
-    Time(Timestamp::from_second(Timestamp::now().as_second()).expect("now is a valid time"))
+    rollout::time(Timestamp::now())
 }
 
 pub async fn reconcile(

@@ -151,8 +151,11 @@ fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-fn time(t: Timestamp) -> Time {
-    Time(t)
+/// A status time: whole seconds, as the API server stores it, so that a
+/// status read back compares equal to the one written (a drain started at
+/// a sub-second instant would otherwise rewrite the status at every poll).
+pub fn time(t: Timestamp) -> Time {
+    Time(Timestamp::from_second(t.as_second()).expect("a second of a valid time is valid"))
 }
 
 fn probe_of<'a>(probes: &'a [(String, DrainProbe)], pod: &str) -> Option<&'a DrainProbe> {
@@ -705,6 +708,17 @@ mod tests {
         let plan = case.plan();
         assert_eq!(plan.replace, ["demo-1"]);
         assert_eq!(plan.status.phase, RolloutPhase::Progressing);
+    }
+
+    #[test]
+    fn status_times_are_whole_seconds_so_a_read_back_status_compares_equal() {
+        let mut p = draining(pod(1, OLD, true), 0);
+        p.drain_started_at =
+            Some(Timestamp::from_millisecond(at(99).as_millisecond() + 456).unwrap());
+        let mut case = Case::new(vec![pod(0, OLD, true), p]);
+        case.probes = vec![("demo-1".into(), DrainProbe::Draining { in_flight: 1 })];
+        let plan = case.plan();
+        assert_eq!(plan.status.step_started_at, Some(Time(at(99))));
     }
 
     #[test]
