@@ -66,6 +66,10 @@ pub enum OperatorCommand {
         /// A Role for this namespace only (for `--namespace`), instead of a ClusterRole.
         #[arg(long)]
         namespace: Option<String>,
+        /// Print only the rules, as the Helm chart reads them
+        /// (`charts/baton/files/operator-rbac.yaml`).
+        #[arg(long, conflicts_with_all = ["operator_namespace", "namespace"])]
+        rules: bool,
     },
 }
 

@@ -77,6 +77,15 @@ impl ControlPlane {
         })
     }
 
+    /// The API server's address on loopback (for a test node's relay,
+    /// `NodeConfig::api_server`).
+    pub fn api_address(&self) -> std::net::SocketAddr {
+        self.api_url
+            .trim_start_matches("https://")
+            .parse()
+            .expect("K8S_API is https://IP:PORT")
+    }
+
     /// The working directory: logs, PKI, etcd data.
     pub fn dir(&self) -> &Path {
         self.dir.path()

@@ -23,6 +23,13 @@ pub struct NodeConfig {
     /// Restart back-off: 250 ms, doubled per restart up to this. Default
     /// 4 s (a kubelet goes from 10 s to 5 min).
     pub max_restart_backoff: Duration,
+    /// The API server's address on the machine's loopback. When set, pods
+    /// reach it as in a cluster: `kubernetes.default.svc` resolves to the
+    /// node's bridge address, where the node relays TCP to this address;
+    /// containers get `KUBERNETES_SERVICE_HOST`/`_PORT`, and projected
+    /// service-account volumes get a real token (TokenRequest), the
+    /// cluster's CA and the namespace. `None`: pods cannot reach it.
+    pub api_server: Option<std::net::SocketAddr>,
 }
 
 impl NodeConfig {
@@ -33,6 +40,7 @@ impl NodeConfig {
             images,
             probe_period_cap: Some(Duration::from_secs(1)),
             max_restart_backoff: Duration::from_secs(4),
+            api_server: None,
         }
     }
 }

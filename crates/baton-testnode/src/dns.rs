@@ -13,12 +13,15 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 
 use crate::network::base_hosts;
 
-/// The hosts file of a pod in `namespace` with address `ip`.
+/// The hosts file of a pod in `namespace` with address `ip`; with
+/// `api_host`, the API server's Service names resolve to it (the node's
+/// relay, see `api_proxy`).
 pub(crate) fn hosts_file(
     own: &Pod,
     ip: std::net::Ipv4Addr,
     pods: &[Arc<Pod>],
     services: &[Arc<Service>],
+    api_host: Option<std::net::Ipv4Addr>,
 ) -> String {
     let namespace = own.metadata.namespace.as_deref().unwrap_or_default();
     let mut out = base_hosts();
@@ -32,6 +35,9 @@ pub(crate) fn hosts_file(
         own_names.extend(qualified(&format!("{hostname}.{sub}"), namespace, true));
     }
     out.push_str(&format!("{ip}\t{}\n", own_names.join(" ")));
+    if let Some(api) = api_host {
+        out.push_str(&format!("{api}\t{}\n", crate::api_proxy::NAMES));
+    }
 
     let mut services: Vec<&Arc<Service>> = services.iter().collect();
     services.sort_by_key(|s| (s.metadata.namespace.clone(), s.metadata.name.clone()));
@@ -157,6 +163,7 @@ mod tests {
             "10.244.1.2".parse().unwrap(),
             &pods,
             std::slice::from_ref(&svc),
+            None,
         );
         assert!(hosts.contains("10.244.1.3\tdb db.ns db.ns.svc db.ns.svc.cluster.local\n"));
         assert!(hosts.contains("10.244.1.2\tdb-0.db db-0.db.ns db-0.db.ns.svc"));
@@ -164,7 +171,7 @@ mod tests {
 
         let mut other: Pod = (*own).clone();
         other.metadata.namespace = Some("elsewhere".into());
-        let hosts = hosts_file(&other, "10.244.1.9".parse().unwrap(), &pods, &[svc]);
+        let hosts = hosts_file(&other, "10.244.1.9".parse().unwrap(), &pods, &[svc], None);
         assert!(hosts.contains("10.244.1.3\tdb.ns db.ns.svc db.ns.svc.cluster.local\n"));
         assert!(!hosts.contains("\tdb "));
     }

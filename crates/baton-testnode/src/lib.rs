@@ -35,8 +35,8 @@
 //!   `secretKeyRef` / `configMapKeyRef` (with `optional`) and `fieldRef`
 //!   (metadata.name/namespace/uid/labels/annotations, spec.nodeName,
 //!   spec.serviceAccountName, status.podIP, status.hostIP); `$(VAR)`
-//!   expansion in env values, command and args. No service-link variables,
-//!   no `resourceFieldRef`. Nothing of the test process's environment leaks
+//!   expansion in env values, command and args. No service-link variables
+//!   (but the API server's, see below), no `resourceFieldRef`. Nothing of the test process's environment leaks
 //!   in: a process gets PATH, HOME (its working directory), HOSTNAME,
 //!   TMPDIR and its container's variables. Processes run as root, except
 //!   Postgres; securityContext is ignored.
@@ -53,7 +53,9 @@
 //!   probe kills) marked `[testnode …]`.
 //! - **Volumes.** emptyDir (a directory per pod incarnation, removed with
 //!   the pod), persistentVolumeClaim, hostPath, configMap and secret (keys
-//!   written once at start). Other types get an empty directory.
+//!   written once at start), projected (configMap, secret, downwardAPI
+//!   fieldRefs, serviceAccountToken: a real token bound to the pod, not
+//!   refreshed). Other types get an empty directory.
 //! - **Probes.** httpGet and tcpSocket from the node to the pod IP, exec
 //!   inside the pod's network namespace, for startup, readiness and
 //!   liveness probes with their thresholds and timeouts. Periods are capped
@@ -116,13 +118,26 @@
 //! `ip netns exec` with [`TestNode::netns_of`] instead), Service virtual IPs
 //! (a test that needs a Service's load spreading starts a [`ServiceProxy`],
 //! kube-proxy's part in user space, on a local port).
-//! Pods cannot reach the API server (it listens on the machine's loopback),
-//! so an operator under test runs in the test process, not in a pod.
+//!
+//! - **The API server** ([`NodeConfig::api_server`], off by default): a
+//!   TCP relay on the node's bridge address forwards to the API server on
+//!   the machine's loopback; pods' hosts files resolve
+//!   `kubernetes.default.svc` (the name the server's certificate carries)
+//!   to it, containers get `KUBERNETES_SERVICE_HOST=kubernetes.default.svc`
+//!   and `KUBERNETES_SERVICE_PORT` (a kubelet gives the Service's cluster
+//!   IP, which does not exist here), and the projected service-account
+//!   volume gets a real bound token (TokenRequest), `ca.crt` from the
+//!   `kube-root-ca.crt` ConfigMap and the namespace. Mounts under
+//!   `/var/run/secrets/` are bind-mounted for real in the process's own
+//!   mount namespace, since clients open them without being told the path.
+//!   So an operator or dashboard runs in a pod with its in-cluster
+//!   configuration and exactly its ServiceAccount's rights.
 //!
 //! The node's tasks run on the Tokio runtime that calls
 //! [`TestNode::start`]; keep that runtime alive as long as the node.
 #![forbid(unsafe_code)]
 
+mod api_proxy;
 mod config;
 mod dns;
 mod env;
@@ -175,6 +190,14 @@ impl TestNode {
         let net = tokio::task::spawn_blocking(network::NodeNetwork::create)
             .await
             .context("network setup task")??;
+        let api_relay = match config.api_server {
+            Some(upstream) => Some(
+                api_proxy::start(net.host_ip(), upstream)
+                    .await
+                    .context("starting the API server relay")?,
+            ),
+            None => None,
+        };
         let changed = Arc::new(Notify::new());
         let (pod_store, pod_writer) = reflector::store();
         let (service_store, service_writer) = reflector::store();
@@ -185,6 +208,7 @@ impl TestNode {
             net,
             pod_store.clone(),
             service_store.clone(),
+            api_relay.as_ref().map(|(port, _)| *port),
         ));
         let pods: PodTable = Arc::new(Mutex::new(HashMap::new()));
         let mut node = TestNode {
@@ -197,6 +221,9 @@ impl TestNode {
             .register()
             .await
             .with_context(|| format!("registering node {}", node.ctx.name()))?;
+        if let Some((_, relay)) = api_relay {
+            node.tasks.push(relay);
+        }
         node.tasks.push(tokio::spawn(ctx.clone().heartbeat()));
         node.tasks.push(kubelet::reflect(
             client.clone(),

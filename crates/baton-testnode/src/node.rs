@@ -33,6 +33,8 @@ pub(crate) struct NodeCtx {
     pub services: Store<Service>,
     shutdown: watch::Sender<bool>,
     registered_at: Timestamp,
+    /// Port of the API server relay on the bridge address (`NodeConfig::api_server`).
+    pub api_port: Option<u16>,
     /// Last contents written to each pod's hosts file, by netns.
     hosts: Mutex<HashMap<String, String>>,
 }
@@ -44,6 +46,7 @@ impl NodeCtx {
         net: NodeNetwork,
         pods: Store<Pod>,
         services: Store<Service>,
+        api_port: Option<u16>,
     ) -> Self {
         Self {
             client,
@@ -52,6 +55,7 @@ impl NodeCtx {
             http: crate::probes::http_client(),
             pods,
             services,
+            api_port,
             shutdown: watch::Sender::new(false),
             registered_at: Timestamp::now(),
             hosts: Mutex::new(HashMap::new()),
@@ -80,7 +84,14 @@ impl NodeCtx {
     }
 
     pub fn dns_write_at(&self, pod: &Pod, netns: &str, ip: std::net::Ipv4Addr) {
-        let contents = crate::dns::hosts_file(pod, ip, &self.pods.state(), &self.services.state());
+        let api_host = self.api_port.map(|_| self.net.host_ip());
+        let contents = crate::dns::hosts_file(
+            pod,
+            ip,
+            &self.pods.state(),
+            &self.services.state(),
+            api_host,
+        );
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         if hosts.get(netns) == Some(&contents) {
             return;

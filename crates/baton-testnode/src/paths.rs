@@ -6,6 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// Where the mounts [`MountTable::well_known`] returns live.
+const WELL_KNOWN_ROOT: &str = "/var/run/secrets/";
+
 /// A container's mounts: container path → host directory.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct MountTable {
@@ -64,6 +67,19 @@ impl MountTable {
             return format!("{flag}={}", host.display());
         }
         value.to_owned()
+    }
+
+    /// Mounts at fixed well-known paths that programs open without being
+    /// told (a Kubernetes client reads its service-account token from
+    /// `/var/run/secrets/kubernetes.io/serviceaccount`): translation cannot
+    /// reach them, so they are bind-mounted for real in the process's own
+    /// mount namespace (see `process::command`).
+    pub fn well_known(&self) -> Vec<(PathBuf, String)> {
+        self.mounts
+            .iter()
+            .filter(|(c, _)| c.starts_with(WELL_KNOWN_ROOT))
+            .map(|(c, h)| (h.clone(), c.clone()))
+            .collect()
     }
 
     /// The host directory mounted exactly at `container_path`, if any.

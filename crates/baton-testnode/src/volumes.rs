@@ -1,15 +1,22 @@
 //! A pod's directories on this node and the host directory behind each of
 //! its volumes: emptyDir (a fresh directory per pod), persistentVolumeClaim
 //! (the hostPath of the bound PersistentVolume, so data outlives the pod),
-//! hostPath, and configMap / secret (their keys written as files once, at
-//! pod start).
+//! hostPath, configMap / secret (their keys written as files once, at
+//! pod start), and projected volumes of those plus downwardAPI and
+//! serviceAccountToken (a real token from the TokenRequest API, bound to
+//! the pod; written once, not refreshed: tests are shorter than its hour).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, ProjectedVolumeSource, ServiceAccount,
+    ServiceAccountTokenProjection,
+};
 use kube::Api;
+use kube::api::PostParams;
 
 use crate::env::Sources;
 
@@ -110,10 +117,12 @@ pub(crate) async fn prepare(
                 None => return Err(format!("secret {name:?} not found")),
             }
             dir
+        } else if let Some(projected) = &volume.projected {
+            let dir = dirs.volume(&volume.name);
+            write_projected(client, pod, &mut sources, projected, &dir).await?;
+            dir
         } else {
-            // Projected service-account tokens and the like: nothing on
-            // this node can use them (pods cannot reach the API server),
-            // so an empty directory stands in.
+            // Other types (CSI, ephemeral, …): an empty directory stands in.
             tracing::debug!(volume = %volume.name, "unsupported volume type; an empty directory stands in");
             let dir = dirs.volume(&volume.name);
             create_open_dir(&dir).map_err(|e| format!("volume {}: {e}", volume.name))?;
@@ -122,6 +131,106 @@ pub(crate) async fn prepare(
         out.insert(volume.name.clone(), dir);
     }
     Ok(out)
+}
+
+/// Writes every source of a projected volume into `dir`.
+async fn write_projected(
+    client: &kube::Client,
+    pod: &Pod,
+    sources: &mut Sources,
+    projected: &ProjectedVolumeSource,
+    dir: &Path,
+) -> Result<(), NotReady> {
+    create_open_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    for source in projected.sources.iter().flatten() {
+        if let Some(token) = &source.service_account_token {
+            let value = service_account_token(client, pod, token).await?;
+            let file: BTreeMap<String, String> = BTreeMap::from([(token.path.clone(), value)]);
+            write_keys(dir, &file, None)?;
+        }
+        if let Some(cm) = &source.config_map {
+            let name = cm.name.clone();
+            match sources
+                .config_map(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .cloned()
+            {
+                Some(data) => write_keys(dir, &data, cm.items.as_deref())?,
+                None if cm.optional == Some(true) => {}
+                None => return Err(format!("configmap {name:?} not found")),
+            }
+        }
+        if let Some(secret) = &source.secret {
+            let name = secret.name.clone();
+            match sources
+                .secret(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .cloned()
+            {
+                Some(data) => write_keys(dir, &data, secret.items.as_deref())?,
+                None if secret.optional == Some(true) => {}
+                None => return Err(format!("secret {name:?} not found")),
+            }
+        }
+        if let Some(downward) = &source.downward_api {
+            let facts = crate::env::PodFacts {
+                pod,
+                pod_ip: None,
+                host_ip: std::net::Ipv4Addr::UNSPECIFIED,
+            };
+            let mut files = BTreeMap::new();
+            for item in downward.items.iter().flatten() {
+                let Some(field) = &item.field_ref else {
+                    return Err(format!(
+                        "downwardAPI item {:?}: only fieldRef is supported by the test node",
+                        item.path
+                    ));
+                };
+                let value = crate::env::field_value(&field.field_path, &facts).map_err(|e| e.0)?;
+                files.insert(item.path.clone(), value);
+            }
+            write_keys(dir, &files, None)?;
+        }
+    }
+    Ok(())
+}
+
+/// A token of the pod's ServiceAccount, bound to the pod, as a kubelet
+/// requests it.
+async fn service_account_token(
+    client: &kube::Client,
+    pod: &Pod,
+    source: &ServiceAccountTokenProjection,
+) -> Result<String, NotReady> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let account = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: source.audience.iter().cloned().collect(),
+            expiration_seconds: source.expiration_seconds,
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..TokenRequest::default()
+    };
+    let answer = Api::<ServiceAccount>::namespaced(client.clone(), &namespace)
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("requesting a token for serviceaccount {account:?}: {e}"))?;
+    answer
+        .status
+        .map(|s| s.token)
+        .ok_or_else(|| format!("the token request for serviceaccount {account:?} has no status"))
 }
 
 /// The directory of a bound claim's PersistentVolume.

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod manifest;
+mod reference;
 mod yaml;
 
 use std::path::PathBuf;
@@ -33,7 +34,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print the AgentDeployment CustomResourceDefinition as YAML.
-    Crd,
+    Crd {
+        /// Print the field reference (Markdown) generated from its schema instead.
+        #[arg(long)]
+        reference: bool,
+    },
     /// Check an AgentDeployment manifest; print every violation.
     Validate {
         /// The manifest (YAML or JSON); `-` reads standard input.
@@ -106,7 +111,17 @@ fn main() -> ExitCode {
     init_logging();
     exit_with_parent();
     let result = match cli.command {
-        Command::Crd => manifest::crd_yaml().and_then(|yaml| write_stdout(&yaml)),
+        Command::Crd { reference: false } => {
+            manifest::crd_yaml().and_then(|yaml| write_stdout(&yaml))
+        }
+        Command::Crd { reference: true } => {
+            let crd = serde_json::to_value(
+                <baton_api::AgentDeployment as kube::CustomResourceExt>::crd(),
+            );
+            crd.map_err(anyhow::Error::from)
+                .and_then(|crd| reference::markdown(&crd).map_err(anyhow::Error::msg))
+                .and_then(|page| write_stdout(&page))
+        }
         Command::Validate { file } => manifest::load(&file).map(|(_, valid)| {
             println!("{}: valid AgentDeployment {:?}", file.display(), valid.name);
         }),
@@ -141,9 +156,15 @@ fn main() -> ExitCode {
             .context("finding the baton binary to start replicas with")
             .and_then(|exe| block_on(baton_dev::run(*args, exe))),
         Command::Operator(args) => match args.command {
+            Some(baton_operator::OperatorCommand::Rbac { rules: true, .. }) => {
+                baton_operator::rbac::rules_yaml()
+                    .map_err(anyhow::Error::from)
+                    .and_then(|yaml| write_stdout(&yaml))
+            }
             Some(baton_operator::OperatorCommand::Rbac {
                 operator_namespace,
                 namespace,
+                rules: false,
             }) => baton_operator::rbac::yaml(&baton_operator::rbac::RbacOptions {
                 operator_namespace: &operator_namespace,
                 watch_namespace: namespace.as_deref(),

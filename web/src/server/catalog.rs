@@ -71,3 +71,33 @@ impl<T: SessionCatalog + 'static> Catalog for T {
         })
     }
 }
+
+/// The catalog of a dashboard that reads no stores: `--kubernetes` alone
+/// (the Helm chart without `dashboard.agentDeployment`) shows the cluster's
+/// `AgentDeployment`s on the replicas page, and says on the session pages
+/// how to choose one.
+pub struct NoStores;
+
+const NO_STORES: &str = "this dashboard reads no deployment's stores: start it with --redis-url and --database-url of one AgentDeployment (the Helm chart: dashboard.agentDeployment) to see its sessions";
+
+impl Catalog for NoStores {
+    fn sessions<'a>(&'a self, _: &'a ListQuery) -> Answer<'a, SessionPage> {
+        Box::pin(async { Err(NO_STORES.to_owned()) })
+    }
+
+    fn inspect<'a>(&'a self, _: &'a SessionKey) -> Answer<'a, Option<SessionView>> {
+        Box::pin(async { Err(NO_STORES.to_owned()) })
+    }
+
+    fn state<'a>(&'a self, _: &'a SessionKey) -> Answer<'a, Option<CommittedState>> {
+        Box::pin(async { Err(NO_STORES.to_owned()) })
+    }
+
+    fn turns<'a>(&'a self, _: &'a SessionKey, _: u32) -> Answer<'a, Vec<TurnRecord>> {
+        Box::pin(async { Err(NO_STORES.to_owned()) })
+    }
+
+    fn replicas(&self) -> Answer<'_, Vec<ReplicaView>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}

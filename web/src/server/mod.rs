@@ -328,6 +328,10 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("opening Redis and Postgres: {}", e.metric_label()))?,
         ),
+        (None, None) if args.kubernetes && !args.sqlite_path.exists() => {
+            tracing::info!("no stores given: showing the cluster's AgentDeployments only");
+            Arc::new(catalog::NoStores)
+        }
         (None, None) => {
             if !args.sqlite_path.exists() {
                 return Err(format!(
@@ -348,10 +352,16 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
             );
         }
     };
-    let workspaces = args
-        .workspace
-        .open(&args.store_namespace)
-        .map_err(|e| format!("workspace store ({}): {e}", args.workspace.describe()))?;
+    let no_stores = args.redis_url.is_none() && args.kubernetes && !args.sqlite_path.exists();
+    let workspaces = if no_stores {
+        None
+    } else {
+        Some(
+            args.workspace
+                .open(&args.store_namespace)
+                .map_err(|e| format!("workspace store ({}): {e}", args.workspace.describe()))?,
+        )
+    };
     let audit = match &args.audit_log {
         Some(path) => Audit::at(path.clone())?,
         None => Audit::in_memory(),
@@ -359,7 +369,7 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
     let open = auth.is_open();
     let mut dashboard = Dashboard::new(
         catalog,
-        Some(workspaces),
+        workspaces,
         Sidecars::new(args.admin_token.clone()),
         auth,
         audit,
@@ -384,7 +394,10 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         "sign in with a token of --tokens-file"
     };
     println!("baton dashboard listening on http://{addr}/dashboard\n  {access}");
-    let app = router(dashboard).route("/", get(|| async { Redirect::to("/dashboard") }));
+    let app = router(dashboard)
+        .route("/", get(|| async { Redirect::to("/dashboard") }))
+        // Liveness and readiness of the dashboard's pod (no sign-in).
+        .route("/healthz", get(|| async { "ok" }));
     axum::serve(no_delay(listener), app)
         .await
         .map_err(|e| e.to_string())

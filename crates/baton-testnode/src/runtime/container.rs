@@ -248,10 +248,24 @@ impl ContainerTask {
             host_ip: self.node.net.host_ip(),
         };
         let mut sources = Sources::new(self.node.client.clone(), &namespace);
-        let resolved = match env::resolve(&self.spec, &facts, &mut sources).await {
+        let mut resolved = match env::resolve(&self.spec, &facts, &mut sources).await {
             Ok(env) => env,
             Err(e) => return Prepared::Config(e.0),
         };
+        if let Some(port) = self.node.api_port {
+            // A kubelet always sets the API server's Service variables,
+            // before the container's own (which win).
+            let service = [
+                ("KUBERNETES_SERVICE_HOST", crate::api_proxy::HOST.to_owned()),
+                ("KUBERNETES_SERVICE_PORT", port.to_string()),
+                ("KUBERNETES_SERVICE_PORT_HTTPS", port.to_string()),
+            ];
+            for (key, value) in service {
+                if !resolved.iter().any(|(k, _)| k == key) {
+                    resolved.insert(0, (key.to_owned(), value));
+                }
+            }
+        }
         let mut mounts = Vec::new();
         for m in self.spec.volume_mounts.iter().flatten() {
             let Some(dir) = self.volumes.get(&m.name) else {

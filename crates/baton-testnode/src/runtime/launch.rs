@@ -27,6 +27,9 @@ pub(crate) struct Launch {
     pub setup: Option<Setup>,
     /// The container's mounts, to translate exec probe and hook commands.
     pub mounts: MountTable,
+    /// Host directory → container path, bind-mounted in the process's mount
+    /// namespace before it starts ([`MountTable::well_known`]).
+    pub bind_mounts: Vec<(PathBuf, String)>,
 }
 
 #[derive(Clone, Debug)]
@@ -333,6 +336,7 @@ pub(crate) fn build(ctx: LaunchContext<'_>) -> Result<Launch, String> {
         cwd,
         user,
         setup,
+        bind_mounts: mounts.well_known(),
         mounts: mounts.clone(),
     })
 }

@@ -52,10 +52,30 @@ fn jiff_now() -> String {
         .unwrap_or_default()
 }
 
+/// Mounts each `host container` pair given as arguments up to `--`, then
+/// execs the rest.
+const BIND_AND_EXEC: &str = r#"while [ "$1" != -- ]; do mkdir -p "$2" && mount --bind "$1" "$2" || exit 126; shift 2; done; shift; exec "$@""#;
+
 /// A command that runs `launch` inside network namespace `netns`, or
 /// `None` for the host's namespace.
 pub(crate) fn command(launch: &Launch, netns: Option<&str>) -> tokio::process::Command {
     let mut argv: Vec<String> = Vec::new();
+    if netns.is_some() && !launch.bind_mounts.is_empty() {
+        // `ip netns exec` gives the process a mount namespace of its own:
+        // bind mounts made there stay private to it. The shell execs, so
+        // the pid is still the program's.
+        argv.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            BIND_AND_EXEC.into(),
+            "sh".into(),
+        ]);
+        for (host, container) in &launch.bind_mounts {
+            argv.push(host.display().to_string());
+            argv.push(container.clone());
+        }
+        argv.push("--".into());
+    }
     if let Some(user) = &launch.user {
         argv.push("setpriv".into());
         argv.extend(setpriv_args(user));
