@@ -301,6 +301,33 @@ async fn example_deleted_keeping_its_data(client: &kube::Client, ns: &str) {
     );
 }
 
+/// The chart's dashboard (no sign-in configured: on its pod's loopback,
+/// reached the way `kubectl port-forward` reaches it, from inside the pod's
+/// network namespace) lists the example, read with its ServiceAccount.
+async fn dashboard_lists(client: &kube::Client, example_namespace: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let listed = poll_async_every(POLL, CONVERGE, "the dashboard lists the example", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=dashboard"))
+                .await
+                .ok()?;
+            let pod = list.items.first()?.metadata.name.clone()?;
+            let netns = CLUSTER.node.netns_of(RELEASE_NAMESPACE, &pod)?;
+            let out = Command::new("ip")
+                .args(["netns", "exec", &netns, "curl", "-sf", "--max-time", "5"])
+                .arg("http://127.0.0.1:7080/dashboard/replicas")
+                .output()
+                .ok()?;
+            let page = String::from_utf8_lossy(&out.stdout).into_owned();
+            (page.contains("support-bot") && page.contains(example_namespace)).then_some(page)
+        }
+    })
+    .await;
+    assert!(listed.contains("Deployments") || listed.contains("AgentDeployment"), "{listed}");
+}
+
 #[test]
 fn the_image_is_self_contained_and_runs_as_non_root() {
     let image = &*IMAGE;
@@ -420,6 +447,7 @@ fn helm_install_then_install_bundle_reconcile_an_example_to_ready() {
             operator_ready.as_secs_f64(),
             started.elapsed().as_secs_f64()
         );
+        dashboard_lists(&client, "agents-helm").await;
         // The operator runs as its ServiceAccount: its own rights are the
         // chart's, so a reconcile that worked proves them sufficient.
         let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
