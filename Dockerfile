@@ -16,10 +16,9 @@ COPY . .
 # rust-toolchain.toml lists the musl and wasm32 targets; rustup installs them.
 RUN rustup show active-toolchain \
  && rustup target add x86_64-unknown-linux-musl wasm32-unknown-unknown \
- && cargo build --release --locked --target x86_64-unknown-linux-musl -p baton \
- && strip --strip-all target/x86_64-unknown-linux-musl/release/baton \
+ && cargo build --profile image --locked --target x86_64-unknown-linux-musl -p baton \
  && mkdir -p /out/etc/ssl/certs /out/usr/local/bin /out/home/nonroot /out/tmp \
- && cp target/x86_64-unknown-linux-musl/release/baton /out/usr/local/bin/baton \
+ && cp target/x86_64-unknown-linux-musl/image/baton /out/usr/local/bin/baton \
  && cp /etc/ssl/certs/ca-certificates.crt /out/etc/ssl/certs/ \
  && printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > /out/etc/passwd \
  && printf 'root:x:0:\nnonroot:x:65532:\n' > /out/etc/group \

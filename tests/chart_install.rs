@@ -325,7 +325,10 @@ async fn dashboard_lists(client: &kube::Client, example_namespace: &str) {
         }
     })
     .await;
-    assert!(listed.contains("Deployments") || listed.contains("AgentDeployment"), "{listed}");
+    assert!(
+        listed.contains("Deployments") || listed.contains("AgentDeployment"),
+        "{listed}"
+    );
 }
 
 #[test]

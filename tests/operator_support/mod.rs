@@ -184,7 +184,10 @@ impl Operator {
         let log = cp.dir().join(format!("operator-{}.log", options.identity));
         let file = std::fs::File::create(&log).unwrap();
         let metrics_port = free_port();
-        let mut cmd = Command::new(BATON);
+        // BATON_TEST_OPERATOR_BINARY: another build of `baton` (the bench
+        // compares the image's binary with the host build).
+        let binary = std::env::var("BATON_TEST_OPERATOR_BINARY").unwrap_or_else(|_| BATON.into());
+        let mut cmd = Command::new(binary);
         cmd.arg("operator")
             .arg("--kubeconfig")
             .arg(&options.kubeconfig)
