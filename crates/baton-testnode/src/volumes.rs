@@ -97,11 +97,14 @@ pub(crate) async fn prepare(
                 .map_err(|e| e.to_string())?
                 .cloned();
             let dir = dirs.volume(&volume.name);
-            match data {
-                Some(data) => write_keys(&dir, &data, cm.items.as_deref())?,
-                None if cm.optional == Some(true) => write_keys(&dir, &BTreeMap::new(), None)?,
-                None => return Err(format!("configmap {:?} not found", cm.name)),
-            }
+            write_source(
+                &dir,
+                "configmap",
+                &cm.name,
+                data,
+                cm.items.as_deref(),
+                cm.optional,
+            )?;
             dir
         } else if let Some(secret) = &volume.secret {
             let name = secret.secret_name.clone().unwrap_or_default();
@@ -111,11 +114,14 @@ pub(crate) async fn prepare(
                 .map_err(|e| e.to_string())?
                 .cloned();
             let dir = dirs.volume(&volume.name);
-            match data {
-                Some(data) => write_keys(&dir, &data, secret.items.as_deref())?,
-                None if secret.optional == Some(true) => write_keys(&dir, &BTreeMap::new(), None)?,
-                None => return Err(format!("secret {name:?} not found")),
-            }
+            write_source(
+                &dir,
+                "secret",
+                &name,
+                data,
+                secret.items.as_deref(),
+                secret.optional,
+            )?;
             dir
         } else if let Some(projected) = &volume.projected {
             let dir = dirs.volume(&volume.name);
@@ -149,30 +155,34 @@ async fn write_projected(
             write_keys(dir, &file, None)?;
         }
         if let Some(cm) = &source.config_map {
-            let name = cm.name.clone();
-            match sources
-                .config_map(&name)
+            let data = sources
+                .config_map(&cm.name)
                 .await
                 .map_err(|e| e.to_string())?
-                .cloned()
-            {
-                Some(data) => write_keys(dir, &data, cm.items.as_deref())?,
-                None if cm.optional == Some(true) => {}
-                None => return Err(format!("configmap {name:?} not found")),
-            }
+                .cloned();
+            write_source(
+                dir,
+                "configmap",
+                &cm.name,
+                data,
+                cm.items.as_deref(),
+                cm.optional,
+            )?;
         }
         if let Some(secret) = &source.secret {
-            let name = secret.name.clone();
-            match sources
-                .secret(&name)
+            let data = sources
+                .secret(&secret.name)
                 .await
                 .map_err(|e| e.to_string())?
-                .cloned()
-            {
-                Some(data) => write_keys(dir, &data, secret.items.as_deref())?,
-                None if secret.optional == Some(true) => {}
-                None => return Err(format!("secret {name:?} not found")),
-            }
+                .cloned();
+            write_source(
+                dir,
+                "secret",
+                &secret.name,
+                data,
+                secret.items.as_deref(),
+                secret.optional,
+            )?;
         }
         if let Some(downward) = &source.downward_api {
             let facts = crate::env::PodFacts {
@@ -261,6 +271,23 @@ async fn claim_dir(
         .ok_or_else(|| format!("persistentvolume {volume:?} is not a hostPath volume"))?;
     create_open_dir(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
     Ok(path)
+}
+
+/// Writes the keys of a ConfigMap's or Secret's `data` (`None`: it does not
+/// exist, which only an optional source may) into `dir`.
+fn write_source(
+    dir: &Path,
+    kind: &str,
+    name: &str,
+    data: Option<BTreeMap<String, String>>,
+    items: Option<&[KeyToPath]>,
+    optional: Option<bool>,
+) -> Result<(), NotReady> {
+    match data {
+        Some(data) => write_keys(dir, &data, items),
+        None if optional == Some(true) => write_keys(dir, &BTreeMap::new(), None),
+        None => Err(format!("{kind} {name:?} not found")),
+    }
 }
 
 /// Writes `data`'s keys (or the selected `items`) as files into `dir`.
