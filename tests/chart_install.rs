@@ -171,30 +171,6 @@ fn kubectl(args: &[&str]) -> String {
     out
 }
 
-async fn print_pods(client: &kube::Client, ns: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    for pod in pods
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-        eprintln!("pod {ns}/{name}: {phase:?}");
-        for c in pod.spec.iter().flat_map(|s| &s.containers) {
-            let log = CLUSTER.node.log_path(ns, &name, &c.name);
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(15).collect();
-            eprintln!(
-                "  {}:\n    {}",
-                c.name,
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n    ")
-            );
-        }
-    }
-}
-
 /// Waits until the operator Deployment of release `release` is Ready and
 /// one of its pods holds the leader Lease; returns the leader's name.
 async fn operator_leads(client: &kube::Client, deployment: &str) -> String {
@@ -211,7 +187,7 @@ async fn operator_leads(client: &kube::Client, deployment: &str) -> String {
         .await
         .is_err()
     {
-        print_pods(client, RELEASE_NAMESPACE).await;
+        CLUSTER.node.print_pods(RELEASE_NAMESPACE).await;
         panic!("the operator did not become ready");
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
@@ -267,8 +243,8 @@ async fn example_becomes_ready(client: &kube::Client, ns: &str) {
         .await
         .is_err()
     {
-        print_pods(client, ns).await;
-        print_pods(client, RELEASE_NAMESPACE).await;
+        CLUSTER.node.print_pods(ns).await;
+        CLUSTER.node.print_pods(RELEASE_NAMESPACE).await;
         panic!("the example did not become Ready");
     }
 }

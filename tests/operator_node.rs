@@ -80,7 +80,7 @@ async fn wait_ready(ns: &str, name: &str, replicas: i32) -> AgentDeployment {
             .flatten()
             .and_then(|a| a.status);
         eprintln!("{ns}/{name} status: {status:#?}");
-        print_pods(&client, ns).await;
+        node().print_pods(ns).await;
         panic!(
             "timed out after {START:?} waiting for {ns}/{name} Ready=True with {replicas} ready replicas"
         );

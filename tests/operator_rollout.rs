@@ -169,7 +169,6 @@ async fn wait_agd(
     match found {
         Ok(agd) => agd,
         Err(_) => {
-            let client = control_plane().admin_client().await;
             let status = api
                 .get_opt(name)
                 .await
@@ -177,7 +176,7 @@ async fn wait_agd(
                 .flatten()
                 .and_then(|a| a.status);
             eprintln!("{ns}/{name} status: {status:#?}");
-            print_pods(&client, ns).await;
+            node().print_pods(ns).await;
             panic!("timed out after {timeout:?} waiting for {ns}/{name}: {what}");
         }
     }
@@ -658,7 +657,7 @@ async fn wait_plain(
     })
     .await;
     if done.is_err() {
-        print_pods(&client, ns).await;
+        node().print_pods(ns).await;
         panic!("timed out waiting for StatefulSet {plain}");
     }
 }

@@ -8,8 +8,8 @@ use std::sync::{LazyLock, OnceLock};
 
 use baton_testnode::{ImageTable, NodeConfig, Runner, TestNode};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
 
 use super::{BATON, control_plane};
 
@@ -70,29 +70,6 @@ pub fn node() -> &'static TestNode {
 pub fn run<F: Future>(test: F) -> F::Output {
     node();
     RUNTIME.block_on(test)
-}
-
-/// Every pod of `ns` with its phase and the end of its containers' logs,
-/// for a test that failed waiting on them.
-pub async fn print_pods(client: &kube::Client, ns: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    for pod in pods
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let phase = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-        let logs = node().logs(ns, &name);
-        let lines: Vec<&str> = logs.lines().collect();
-        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
-        eprintln!("---- pod {ns}/{name}: {phase} ----\n{tail}");
-    }
 }
 
 pub async fn create_secret(

@@ -338,6 +338,30 @@ impl TestNode {
             .join(format!("{container}.log"))
     }
 
+    /// Prints every pod of `namespace` with its phase and the end of its
+    /// containers' logs, for a test that failed waiting on them.
+    pub async fn print_pods(&self, namespace: &str) {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.ctx.client.clone(), namespace);
+        let list = pods
+            .list(&kube::api::ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for pod in list {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            let logs = self.logs(namespace, &name);
+            let lines: Vec<&str> = logs.lines().collect();
+            let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+            eprintln!("---- pod {namespace}/{name}: {phase} ----\n{tail}");
+        }
+    }
+
     /// Every container log of a pod, for a test to print on failure.
     pub fn logs(&self, namespace: &str, pod: &str) -> String {
         let dir = volumes::pod_root(&self.ctx.config.work_dir, namespace, pod);

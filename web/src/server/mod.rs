@@ -318,6 +318,11 @@ pub fn auth_for(
 /// Opens the stores and serves the dashboard until the process ends.
 pub async fn run(args: DashboardArgs) -> Result<(), String> {
     let auth = auth_for(args.tokens_file.as_deref(), args.listen)?;
+    // `--kubernetes` with no store at all: the cluster's list only.
+    let no_stores = args.redis_url.is_none()
+        && args.database_url.is_none()
+        && args.kubernetes
+        && !args.sqlite_path.exists();
     let catalog: Arc<dyn Catalog> = match (&args.redis_url, &args.database_url) {
         (Some(redis), Some(database)) => Arc::new(
             baton_session::catalog::RedisCatalog::connect_in(
@@ -328,7 +333,7 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("opening Redis and Postgres: {}", e.metric_label()))?,
         ),
-        (None, None) if args.kubernetes && !args.sqlite_path.exists() => {
+        (None, None) if no_stores => {
             tracing::info!("no stores given: showing the cluster's AgentDeployments only");
             Arc::new(catalog::NoStores)
         }
@@ -352,7 +357,6 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
             );
         }
     };
-    let no_stores = args.redis_url.is_none() && args.kubernetes && !args.sqlite_path.exists();
     let workspaces = if no_stores {
         None
     } else {
