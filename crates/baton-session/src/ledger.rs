@@ -43,6 +43,10 @@ pub struct ShipBatch {
     pub key: SessionKey,
     pub records: Vec<TurnRecord>,
     pub durable: Option<DurableCopy>,
+    /// The Redis run that vouched for that state (its `run` field), if
+    /// any: the ledger refuses the batch once a check has claimed the
+    /// session for another run (see [`PostgresLedger::claim`]).
+    pub run: Option<String>,
 }
 
 #[derive(Clone)]
@@ -68,6 +72,7 @@ struct SessionColumns<'a> {
     state_version: Vec<Option<i64>>,
     state_payload: Vec<Option<&'a [u8]>>,
     state_workspace: Vec<Option<&'a str>>,
+    run: Vec<Option<&'a str>>,
 }
 
 /// The Postgres schema of a store namespace: `baton@<namespace>`, cut to
@@ -150,26 +155,100 @@ impl PostgresLedger {
     }
 
     /// Records a batch in one transaction. Rows already there are left as
-    /// they are, so shipping the same batch twice changes nothing.
-    pub async fn record(&self, batch: &ShipBatch) -> StoreResult<()> {
-        self.record_many(std::slice::from_ref(batch)).await
+    /// they are, so shipping the same batch twice changes nothing. False
+    /// when the batch was refused (see [`Self::record_many`]).
+    pub async fn record(&self, batch: &ShipBatch) -> StoreResult<bool> {
+        Ok(self
+            .record_many(std::slice::from_ref(batch))
+            .await?
+            .is_empty())
     }
 
     /// Records the batches of several sessions (each session at most once)
     /// in one transaction of a few statements, however many turns they hold:
     /// shipping cost per turn falls as the load grows.
-    pub async fn record_many(&self, batches: &[ShipBatch]) -> StoreResult<()> {
+    ///
+    /// Returns the sessions whose batches it refused, recording nothing of
+    /// them: batches read from a state another Redis run vouched for than
+    /// the one that claimed the session since (a shipper held up across a
+    /// restart or a failover; see [`Self::claim`]). Their records stay in
+    /// Redis, not acknowledged: read again once the state is vouched for
+    /// by the claiming run, they ship.
+    pub async fn record_many(&self, batches: &[ShipBatch]) -> StoreResult<Vec<SessionKey>> {
         let mut batches: Vec<&ShipBatch> =
             batches.iter().filter(|b| !b.records.is_empty()).collect();
         if batches.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         // Postgres locks rows in the order they arrive, and two replicas'
         // shippers may hold the same sessions: in one global order (session
         // key, then turnSeq) their transactions can wait on each other but
         // never deadlock, whatever order the caller gathered them in.
         batches.sort_by(|a, b| a.key.cmp(&b.key));
+        // A claim may insert a session's row between the lock and the
+        // upsert below (the row did not exist to be locked): the upsert
+        // then refuses it, and the whole round runs again, seeing the row.
+        for _ in 0..3 {
+            if let Some(refused) = self.record_sorted(&batches).await? {
+                return Ok(refused);
+            }
+        }
+        Err(StoreError::Unavailable(
+            "ledger: sessions kept being claimed while this round recorded them; will retry".into(),
+        ))
+    }
+
+    /// One try of [`Self::record_many`] on batches in key order; `None`
+    /// when a claim raced it (nothing was recorded).
+    async fn record_sorted(&self, batches: &[&ShipBatch]) -> StoreResult<Option<Vec<SessionKey>>> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
+        // First the sessions' rows, locked in key order: a claim (a check
+        // after a restart or failover) waits for this round to land, or
+        // this round sees its run.
+        let claimed = sqlx::query(
+            "SELECT s.tenant, s.session, s.run FROM sessions s
+             JOIN UNNEST($1::text[], $2::text[]) AS b(tenant, session)
+               ON s.tenant = b.tenant AND s.session = b.session
+             ORDER BY s.tenant, s.session FOR UPDATE OF s",
+        )
+        .bind(
+            batches
+                .iter()
+                .map(|b| b.key.tenant.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            batches
+                .iter()
+                .map(|b| b.key.session.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let mut claimed_by: HashMap<(String, String), String> = HashMap::new();
+        for row in &claimed {
+            if let Some(run) = col::<_, Option<String>>(row, "run")? {
+                claimed_by.insert((col(row, "tenant")?, col(row, "session")?), run);
+            }
+        }
+        let (batches, refused): (Vec<&ShipBatch>, Vec<&ShipBatch>) =
+            batches.iter().copied().partition(|b| {
+                let claim = claimed_by.get(&(b.key.tenant.to_string(), b.key.session.to_string()));
+                match (claim, &b.run) {
+                    (Some(claim), Some(run)) => claim == run,
+                    _ => true,
+                }
+            });
+        let refused: Vec<SessionKey> = refused.into_iter().map(|b| b.key.clone()).collect();
+        for key in &refused {
+            tracing::info!(session = %key,
+                "not recording turn records read from a state an earlier Redis run vouched for: the session was checked against the ledger since");
+        }
+        if batches.is_empty() {
+            tx.commit().await.map_err(db_error)?;
+            return Ok(Some(refused));
+        }
         // One statement per table whatever the batch size: each column goes
         // in as one array parameter and UNNEST turns them back into rows.
         // (A bind parameter per value cost the sidecar ~20k instructions
@@ -254,12 +333,13 @@ impl PostgresLedger {
             sessions
                 .state_workspace
                 .push(durable.and_then(|d| d.workspace.as_deref()));
+            sessions.run.push(batch.run.as_deref());
         }
-        sqlx::query(
+        let upserted = sqlx::query(
             "INSERT INTO sessions (tenant, session, last_version, last_turn_seq, last_fence, last_replica,
-               last_turn_at_ms, turn_count, state_version, state_payload, state_workspace)
+               last_turn_at_ms, turn_count, state_version, state_payload, state_workspace, run)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::text[],
-               $7::int8[], $8::int8[], $9::int8[], $10::bytea[], $11::text[])
+               $7::int8[], $8::int8[], $9::int8[], $10::bytea[], $11::text[], $12::text[])
              ON CONFLICT (tenant, session) DO UPDATE SET
                last_version    = GREATEST(sessions.last_version, EXCLUDED.last_version),
                last_turn_seq   = CASE WHEN EXCLUDED.last_version > sessions.last_version THEN EXCLUDED.last_turn_seq ELSE sessions.last_turn_seq END,
@@ -269,7 +349,9 @@ impl PostgresLedger {
                turn_count      = sessions.turn_count + EXCLUDED.turn_count,
                state_version   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_version ELSE sessions.state_version END,
                state_payload   = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_payload ELSE sessions.state_payload END,
-               state_workspace = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_workspace ELSE sessions.state_workspace END",
+               state_workspace = CASE WHEN EXCLUDED.state_version > COALESCE(sessions.state_version, -1) THEN EXCLUDED.state_workspace ELSE sessions.state_workspace END,
+               run             = COALESCE(sessions.run, EXCLUDED.run)
+             WHERE sessions.run IS NULL OR EXCLUDED.run IS NULL OR sessions.run = EXCLUDED.run",
         )
         .bind(sessions.tenant)
         .bind(sessions.session)
@@ -282,10 +364,17 @@ impl PostgresLedger {
         .bind(sessions.state_version)
         .bind(sessions.state_payload)
         .bind(sessions.state_workspace)
+        .bind(sessions.run)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
+        if upserted.rows_affected() < batches.len() as u64 {
+            // A claim inserted a row after the lock above: start over.
+            tx.rollback().await.map_err(db_error)?;
+            return Ok(None);
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(refused))
     }
 
     /// What the ledger knows of `key`, durable copy included.
@@ -308,27 +397,34 @@ impl PostgresLedger {
             .await
             .map_err(db_error)?;
         let Some(row) = row else { return Ok(None) };
-        let durable = match col::<_, Option<i64>>(&row, "state_version")? {
-            Some(version) => Some(DurableCopy {
-                version: u64::try_from(version)
-                    .map_err(|_| StoreError::Corrupt("negative state_version".into()))?,
-                payload: Bytes::from(
-                    col::<_, Option<Vec<u8>>>(&row, "state_payload")?.unwrap_or_default(),
-                ),
-                workspace: col(&row, "state_workspace")?,
-            }),
-            None => None,
-        };
-        Ok(Some(LedgerSession {
-            key: key.clone(),
-            last_version: counter(&row, "last_version")?,
-            last_turn_seq: counter(&row, "last_turn_seq")?,
-            last_fence: counter(&row, "last_fence")?,
-            last_replica: col(&row, "last_replica")?,
-            last_turn_at_ms: counter(&row, "last_turn_at_ms")?,
-            turn_count: counter(&row, "turn_count")?,
-            durable,
-        }))
+        ledger_session(key, &row)
+    }
+
+    /// What the ledger knows of `key`, read as the Redis run `run` claims
+    /// the session: from now on the ledger records only batches read from
+    /// a state `run` vouched for (see [`Self::record_many`]). A shipper
+    /// recording this session right now is waited for, so what this
+    /// returns includes its turns. Called by the check of a state against
+    /// the ledger after Redis restarted or failed over, before it decides.
+    ///
+    /// A session the ledger does not know gets a row with no turns (so a
+    /// batch of an earlier run cannot create it later); such a row reads as
+    /// unknown (`None`) here and in [`Self::session`] alike.
+    pub async fn claim(&self, key: &SessionKey, run: &str) -> StoreResult<Option<LedgerSession>> {
+        let row = sqlx::query(
+            "INSERT INTO sessions (tenant, session, last_version, last_turn_seq, last_fence,
+               last_replica, last_turn_at_ms, turn_count, run)
+             VALUES ($1, $2, 0, 0, 0, '', 0, 0, $3)
+             ON CONFLICT (tenant, session) DO UPDATE SET run = EXCLUDED.run
+             RETURNING *",
+        )
+        .bind(key.tenant.as_str())
+        .bind(key.session.as_str())
+        .bind(run)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error)?;
+        ledger_session(key, &row)
     }
 
     /// The most recent turns of `key`, newest first.
@@ -358,8 +454,9 @@ impl PostgresLedger {
         // the matches are few (52 ms at 100,000 sessions). `OFFSET 0` keeps
         // the planner from merging the two.
         let fenced = query.prefix.is_some();
+        // Rows a claim made that no turn reached yet are no sessions to show.
         let columns = "SELECT tenant, session, last_version, last_turn_seq, last_replica, last_turn_at_ms, turn_count
-             FROM sessions WHERE TRUE";
+             FROM sessions WHERE (turn_count > 0 OR state_version IS NOT NULL)";
         let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(if fenced {
             format!("SELECT * FROM ({columns}")
         } else {
@@ -416,4 +513,36 @@ impl PostgresLedger {
                 .map_err(db_error)?;
         Ok(uint(n))
     }
+}
+
+/// A `sessions` row as a [`LedgerSession`]; `None` for a row a claim
+/// created that no turn has reached yet.
+fn ledger_session(
+    key: &SessionKey,
+    row: &sqlx::postgres::PgRow,
+) -> StoreResult<Option<LedgerSession>> {
+    if counter(row, "turn_count")? == 0 && col::<_, Option<i64>>(row, "state_version")?.is_none() {
+        return Ok(None);
+    }
+    let durable = match col::<_, Option<i64>>(row, "state_version")? {
+        Some(version) => Some(DurableCopy {
+            version: u64::try_from(version)
+                .map_err(|_| StoreError::Corrupt("negative state_version".into()))?,
+            payload: Bytes::from(
+                col::<_, Option<Vec<u8>>>(row, "state_payload")?.unwrap_or_default(),
+            ),
+            workspace: col(row, "state_workspace")?,
+        }),
+        None => None,
+    };
+    Ok(Some(LedgerSession {
+        key: key.clone(),
+        last_version: counter(row, "last_version")?,
+        last_turn_seq: counter(row, "last_turn_seq")?,
+        last_fence: counter(row, "last_fence")?,
+        last_replica: col(row, "last_replica")?,
+        last_turn_at_ms: counter(row, "last_turn_at_ms")?,
+        turn_count: counter(row, "turn_count")?,
+        durable,
+    }))
 }

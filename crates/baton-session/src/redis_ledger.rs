@@ -261,7 +261,13 @@ impl RedisLedgerStore {
         if batches.is_empty() {
             return Ok(ShipRound::default());
         }
-        self.ledger.record_many(&batches).await?;
+        let refused = self.ledger.record_many(&batches).await?;
+        // Refused batches (read from a state an earlier Redis run vouched
+        // for) stay in the logs to be read again.
+        let batches: Vec<_> = batches
+            .into_iter()
+            .filter(|b| !refused.contains(&b.key))
+            .collect();
         // Only the records just stored leave the logs, named one by one: a
         // record that arrived meanwhile stays, even with a turnSeq no higher.
         let dropped = self.redis.ack_shipped(&batches).await?;
@@ -505,7 +511,9 @@ impl RedisLedgerStore {
         // Records of this session still in Redis go to the ledger first, so
         // it is as current as it can be before it decides.
         self.ship(&req.key).await?;
-        let Some(known) = self.ledger.session(&req.key).await? else {
+        // Claimed for this run: a shipper of an earlier run held up until
+        // now cannot change what the ledger knows after this decision.
+        let Some(known) = self.ledger.claim(&req.key, judged_in).await? else {
             return Ok(Recovery::New);
         };
         Ok(
@@ -532,7 +540,8 @@ impl RedisLedgerStore {
         judged_in: &str,
     ) -> StoreResult<Option<BeginOutcome>> {
         self.ship(&req.key).await?;
-        let known = self.ledger.session(&req.key).await?;
+        // Claimed for this run (see `recover`).
+        let known = self.ledger.claim(&req.key, judged_in).await?;
         match known {
             Some(known)
                 if known.last_version > version

@@ -151,6 +151,7 @@ async fn shippers_holding_sessions_in_opposite_orders_both_commit() {
                 key: k.clone(),
                 records: (1..=3).map(|seq| record(k, seq)).collect(),
                 durable: None,
+                run: None,
             })
             .collect();
         let reversed: Vec<_> = batches
@@ -258,6 +259,7 @@ async fn a_lost_session_without_a_durable_copy_is_state_lost() {
             key: k.clone(),
             records: vec![record],
             durable: None,
+            run: None,
         })
         .await
         .unwrap();
@@ -683,4 +685,128 @@ async fn a_record_below_the_highest_shipped_turn_seq_is_still_shipped() {
         left == 0
     })
     .await;
+}
+
+/// A shipper that read a session's records in one Redis run, and is held up
+/// (here on another session's row lock) until a replica has checked the
+/// session against the ledger in the next run, must not land them: the
+/// ledger would vouch for the older run's state, which the check replaced
+/// with a history of its own. On a cluster this is a master failing over to
+/// a lagging replica; here Redis comes back from an older snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shipper_held_up_across_a_restart_cannot_make_the_ledger_vouch_for_the_older_run() {
+    let mut redis = RedisServer::start();
+    let database = ledgered::database();
+    let store = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
+        .await
+        .unwrap();
+    let held = RedisLedgerStore::connect_without_shipper(&redis.url(), &database)
+        .await
+        .unwrap();
+    let a = replica(&store, "a").await;
+    // "bait" sorts before "victim": the held shipper locks its row first.
+    let (bait, victim) = (key("bait"), key("victim"));
+    turn(&store, &bait, &a, "b1").await;
+    for i in 1..=3 {
+        turn(&store, &victim, &a, &format!("t{i}")).await;
+    }
+    store
+        .ship_many(&[bait.clone(), victim.clone()])
+        .await
+        .unwrap();
+    // Redis's snapshot: the victim at 3, everything shipped.
+    let mut admin = ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let () = ::redis::cmd("SAVE").query_async(&mut admin).await.unwrap();
+    let snapshot = redis.data_dir().join("dump.rdb");
+    let older = redis.data_dir().join("older.rdb");
+    std::fs::copy(&snapshot, &older).unwrap();
+    // This run goes on: the victim's turns 4 and 5, the bait's 2, unshipped.
+    for i in 4..=5 {
+        turn(&store, &victim, &a, &format!("t{i}")).await;
+    }
+    turn(&store, &bait, &a, "b2").await;
+
+    // Hold the bait's ledger row: the shipper reads both sessions from this
+    // run, then waits.
+    let pg = sqlx::PgPool::connect(&database).await.unwrap();
+    let mut hold = pg.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM sessions WHERE session = 'bait' FOR UPDATE")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let shipping = {
+        let keys = [bait.clone(), victim.clone()];
+        tokio::spawn(async move { held.ship_many(&keys).await })
+    };
+    wait_until_async(
+        SHIPPED_WITHIN,
+        "the shipper to wait on the row lock",
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            )
+            .fetch_one(&pg)
+            .await
+            .unwrap();
+            waiting > 0
+        },
+    )
+    .await;
+
+    // Redis crashes and comes back from the snapshot, as another run.
+    redis.kill();
+    std::fs::copy(&older, &snapshot).unwrap();
+    redis.start_again();
+    let a = reconnected(&store, "a").await;
+    // The next turn checks the victim against the ledger, which is at 3 (the
+    // held shipper has not landed): this run goes on from 3, with a turn 4
+    // of its own.
+    let (lease, state) = granted(&store, &begin_req(&victim, &a, None)).await;
+    assert_eq!(state.version, 3);
+    assert_eq!(
+        store
+            .commit(&commit_req(&lease, "other-4", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::Committed { version: 4 }
+    );
+
+    // The held shipper lands now. Its ack reaches the new run or fails with
+    // the restart; either way what it read went with the old run.
+    hold.rollback().await.unwrap();
+    let _ = tokio::time::timeout(SHIPPED_WITHIN, shipping)
+        .await
+        .expect("the held shipper finishes");
+    store.ship(&victim).await.unwrap();
+    let known = store.ledger().session(&victim).await.unwrap().unwrap();
+    let durable = known.durable.unwrap();
+    assert_eq!(
+        (
+            known.last_version,
+            durable.version,
+            durable.payload.as_ref()
+        ),
+        (4, 4, &b"other-4"[..]),
+        "the ledger follows this run's turn 4, not the old run's turns 4 and 5"
+    );
+    let turns = store.ledger().turns(&victim, 10).await.unwrap();
+    assert_eq!(
+        turns
+            .iter()
+            .map(|t| (t.turn_seq, t.fence == lease.fence))
+            .collect::<Vec<_>>(),
+        [(4, true), (3, false), (2, false), (1, false)]
+    );
+    // The bait was not checked in the new run: the held shipper recorded its
+    // turn 2, which Redis lost, and the next turn finds it in the ledger.
+    let (_, state) = granted(&store, &begin_req(&bait, &a, None)).await;
+    assert_eq!(
+        (state.version, state.payload.as_deref()),
+        (2, Some(&b"b2"[..]))
+    );
 }

@@ -872,6 +872,7 @@ mod tests {
             key: key.clone(),
             records: ids.iter().map(|&(seq, fence)| record(seq, fence)).collect(),
             durable: None,
+            run: None,
         }
     }
 

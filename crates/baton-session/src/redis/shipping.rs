@@ -23,7 +23,11 @@ pub(crate) struct Unshipped {
     pub(super) score: String,
 }
 
-type ShipReadout = (Vec<String>, (Option<u64>, Option<String>), Option<Vec<u8>>);
+type ShipReadout = (
+    Vec<String>,
+    (Option<u64>, Option<String>, Option<String>),
+    Option<Vec<u8>>,
+);
 
 impl RedisStore {
     /// For each of `keys`: up to `limit` unshipped turn records and the
@@ -40,7 +44,7 @@ impl RedisStore {
         for key in keys {
             let k = self.space.session(key);
             pipe.lrange(&k.log, 0, end)
-                .hmget(&k.state, &["version", "ws"])
+                .hmget(&k.state, &["version", "ws", "run"])
                 .get(&k.payload);
         }
         let replies: Vec<Value> = pipe
@@ -56,7 +60,7 @@ impl RedisStore {
         }
         let mut batches = Vec::with_capacity(keys.len());
         for (key, reply) in keys.iter().zip(replies.chunks(3)) {
-            let (raw, (version, workspace), payload): ShipReadout = (
+            let (raw, (version, workspace, run), payload): ShipReadout = (
                 redis::from_redis_value_ref(&reply[0]).map_err(parse_error)?,
                 redis::from_redis_value_ref(&reply[1]).map_err(parse_error)?,
                 redis::from_redis_value_ref(&reply[2]).map_err(parse_error)?,
@@ -90,6 +94,7 @@ impl RedisStore {
                 key: key.clone(),
                 records,
                 durable,
+                run: run.filter(|r| !r.is_empty()),
             });
         }
         Ok(batches)
