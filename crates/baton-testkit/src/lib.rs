@@ -3,7 +3,10 @@
 //! sleeping.
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod kube;
+
+pub use cluster::{RedisCluster, Shard};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
