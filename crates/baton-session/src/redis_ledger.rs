@@ -87,13 +87,22 @@ const KNOWN_BACKFILL_PER_SWEEP: usize = 20_000;
 /// sessions the unshipped index names (records the ledger may not have
 /// yet), then every session the ledger knows.
 struct KnownBackfill {
-    run: String,
+    /// The run of each bucket it marks for (one on a single server).
+    runs: Vec<String>,
     step: BackfillStep,
 }
 
 enum BackfillStep {
-    Unshipped { cursor: u64 },
+    Unshipped { bucket: u16, cursor: u64 },
     Ledger { after: Option<SessionKey> },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum KnownSettled {
+    /// Found complete for these runs.
+    Complete(Vec<String>),
+    /// Dropped under these runs: Redis may evict markers.
+    Dropped(Vec<String>),
 }
 
 /// What the ledger makes of a session Redis has no state for.
@@ -131,6 +140,10 @@ struct Shipper {
     /// The known-index backfill in progress (the sweeper's, in memory: a
     /// new sweeper starts it over).
     known: tokio::sync::Mutex<Option<KnownBackfill>>,
+    /// What the last sweep settled about the known index, for the runs
+    /// (per bucket) answering then: while they answer, a sweep reads no
+    /// watermark.
+    known_settled: std::sync::Mutex<Option<KnownSettled>>,
     /// When (Unix ms) the oldest commit this process made that has not
     /// shipped yet was made; 0 when none waits. Set by a commit when 0,
     /// cleared when a round leaves the wake-up queue empty.
@@ -313,38 +326,71 @@ impl RedisLedgerStore {
     /// is complete. The sweeper calls it; tools and tests may too.
     pub async fn maintain_known_index(&self) -> StoreResult<bool> {
         let check = self.redis.known_index_check().await?;
+        let settled = |what: &KnownSettled| {
+            self.shipper
+                .known_settled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                == Some(what)
+        };
+        let settle = |what: Option<KnownSettled>| {
+            *self
+                .shipper
+                .known_settled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = what;
+        };
         if check.may_evict_markers() {
-            if check.complete_for.is_some() {
+            let dropped = KnownSettled::Dropped(check.runs);
+            if !settled(&dropped) {
                 tracing::warn!(policy = %check.eviction_policy,
                     "Redis may evict keys that have no TTL, session markers among them: new sessions ask the ledger");
                 self.redis.drop_known_index().await?;
+                settle(Some(dropped));
             }
             return Ok(false);
         }
-        if check.is_complete() {
+        let complete = KnownSettled::Complete(check.runs.clone());
+        if settled(&complete) || self.redis.known_index_complete_for(&check.runs).await? {
+            settle(Some(complete));
             return Ok(true);
         }
+        settle(None);
         let mut backfill = self.shipper.known.lock().await;
-        if backfill.as_ref().is_none_or(|b| b.run != check.run) {
-            tracing::info!(run = %check.run, "marking the sessions the ledger knows, for this Redis run");
+        if backfill.as_ref().is_none_or(|b| b.runs != check.runs) {
+            tracing::info!(runs = ?check.runs.iter().collect::<BTreeSet<_>>(),
+                "marking the sessions the ledger knows, for the Redis runs answering now");
             *backfill = Some(KnownBackfill {
-                run: check.run.clone(),
-                step: BackfillStep::Unshipped { cursor: 0 },
+                runs: check.runs.clone(),
+                step: BackfillStep::Unshipped {
+                    bucket: 0,
+                    cursor: 0,
+                },
             });
         }
         let Some(state) = backfill.as_mut() else {
             return Ok(false);
         };
+        let buckets = u16::try_from(state.runs.len()).unwrap_or(1);
         let mut marked = 0;
         while marked < KNOWN_BACKFILL_PER_SWEEP {
             match &mut state.step {
-                BackfillStep::Unshipped { cursor } => {
-                    let (next, members) = self.redis.unshipped_members_page(*cursor).await?;
+                BackfillStep::Unshipped { bucket, cursor } => {
+                    let (next, members) =
+                        self.redis.unshipped_members_page(*bucket, *cursor).await?;
                     self.redis.mark_known_members(&members).await?;
                     marked += members.len().max(1);
-                    state.step = match next {
-                        0 => BackfillStep::Ledger { after: None },
-                        next => BackfillStep::Unshipped { cursor: next },
+                    state.step = match (next, *bucket + 1) {
+                        (0, next_bucket) if next_bucket < buckets => BackfillStep::Unshipped {
+                            bucket: next_bucket,
+                            cursor: 0,
+                        },
+                        (0, _) => BackfillStep::Ledger { after: None },
+                        (next, _) => BackfillStep::Unshipped {
+                            bucket: *bucket,
+                            cursor: next,
+                        },
                     };
                 }
                 BackfillStep::Ledger { after } => {
@@ -362,9 +408,12 @@ impl RedisLedgerStore {
                     match page.next {
                         Some(next) => *after = Some(next),
                         None => {
-                            let done = self.redis.complete_known_index(&state.run).await?;
+                            let done = self.redis.complete_known_index(&state.runs).await?;
                             if done {
-                                tracing::info!(run = %state.run, "every session the ledger knows is marked: new sessions start without it");
+                                tracing::info!(
+                                    "every session the ledger knows is marked: new sessions start without it"
+                                );
+                                settle(Some(KnownSettled::Complete(state.runs.clone())));
                             }
                             *backfill = None;
                             return Ok(done);
@@ -633,7 +682,7 @@ impl TurnStore for RedisLedgerStore {
         for _ in 0..4 {
             let mut raw = self.redis.begin_with(req, OnMissing::Report).await?;
             if let RawBegin::Missing { run, known: false } = &raw
-                && self.redis.known_index_complete_in(run).await?
+                && self.redis.known_index_complete_in(&req.key, run).await?
             {
                 // Never committed through this Redis, whose markers are
                 // complete in this run: new, without asking the ledger

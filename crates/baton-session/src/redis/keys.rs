@@ -1,10 +1,13 @@
 //! Where a session's keys and the indexes live in Redis: the key layout,
-//! per store namespace, and the encodings of the index members.
+//! per store namespace, and the encodings of the index members. On a Redis
+//! Cluster, sessions and the indexes that name them live in buckets (see
+//! `slots.rs`).
 
 use crate::id_encoding::{decode_key_part, key_part};
 use crate::ids::SessionKey;
 
 use super::RESULTS_RETAINED;
+use super::slots::{BUCKETS, bucket_of, tag_of_bucket};
 
 /// Key names of one session, all under one hash tag. The state hash also
 /// holds the lease and the idempotency records (see `begin.lua`).
@@ -16,7 +19,10 @@ pub struct SessionKeys {
     /// Set by every ledgered commit and never expired: the ledger may know
     /// this session (see `known.rs`).
     pub known: String,
-    pub(super) tag: String,
+    /// What every key of the session starts with.
+    pub(super) base: String,
+    /// The session's bucket (always 0 on a single server).
+    pub(super) bucket: u16,
 }
 
 impl SessionKeys {
@@ -25,33 +31,27 @@ impl SessionKeys {
         KeySpace::default().session(key)
     }
 
-    pub(super) fn in_space(prefix: &str, key: &SessionKey) -> Self {
+    pub(super) fn in_space(space: &KeySpace, key: &SessionKey) -> Self {
         // Encoded ids hold no ':' or braces (see id_encoding.rs), so the
         // tag is unambiguous and an id cannot move it. Concatenated, not
         // format!ted: this runs several times per turn, and the formatting
         // machinery showed in the sidecar's profile.
-        let tag = [
-            prefix,
-            ":{",
-            &key_part(key.tenant.as_str()),
-            ":",
-            &key_part(key.session.as_str()),
-            "}",
-        ]
-        .concat();
+        let member = unshipped_member(key);
+        let (base, bucket) = space.base_of_member(&member);
         Self {
-            state: [tag.as_str(), ":state"].concat(),
-            payload: [tag.as_str(), ":payload"].concat(),
-            log: [tag.as_str(), ":log"].concat(),
-            known: [tag.as_str(), ":known"].concat(),
-            tag,
+            state: [base.as_str(), ":state"].concat(),
+            payload: [base.as_str(), ":payload"].concat(),
+            log: [base.as_str(), ":log"].concat(),
+            known: [base.as_str(), ":known"].concat(),
+            base,
+            bucket,
         }
     }
 
     /// Where a commit under `fence` stages its payload before `commit.lua`
     /// renames it into place.
     pub fn staged(&self, fence: u64) -> String {
-        format!("{}:staged:{fence}", self.tag)
+        format!("{}:staged:{fence}", self.base)
     }
 }
 
@@ -79,15 +79,21 @@ pub(super) fn digest_slot(turn_seq: u64) -> String {
 /// id); the empty namespace is `baton`, the layout before namespaces, so
 /// existing data keeps its keys. `@` follows `baton` in no key of the
 /// default space, so no namespace's keys meet another's.
+///
+/// On a Redis Cluster (`clustered`) every key of a session carries its
+/// bucket's hash tag rather than its id (`slots.rs`), and each bucket has
+/// its own unshipped index and known-index watermark beside its sessions.
 #[derive(Clone, Debug)]
 pub struct KeySpace {
     pub(super) prefix: String,
+    clustered: bool,
 }
 
 impl Default for KeySpace {
     fn default() -> Self {
         Self {
             prefix: "baton".into(),
+            clustered: false,
         }
     }
 }
@@ -99,33 +105,103 @@ impl KeySpace {
         }
         Self {
             prefix: ["baton@", &key_part(namespace)].concat(),
+            clustered: false,
         }
+    }
+
+    /// The same space laid out for a Redis Cluster.
+    pub fn clustered(self) -> Self {
+        Self {
+            clustered: true,
+            ..self
+        }
+    }
+
+    pub fn is_clustered(&self) -> bool {
+        self.clustered
+    }
+
+    /// How many buckets the sessions are spread over: 1 on a single server.
+    pub fn buckets(&self) -> u16 {
+        if self.clustered { BUCKETS } else { 1 }
+    }
+
+    /// The bucket of `key`'s session (0 on a single server).
+    pub fn bucket_of_key(&self, key: &SessionKey) -> u16 {
+        if self.clustered {
+            bucket_of(&unshipped_member(key))
+        } else {
+            0
+        }
+    }
+
+    /// The bucket an unshipped-index member's session is in.
+    pub fn bucket_of_member(&self, member: &str) -> u16 {
+        if self.clustered { bucket_of(member) } else { 0 }
     }
 
     /// The keys of one session.
     pub fn session(&self, key: &SessionKey) -> SessionKeys {
-        SessionKeys::in_space(&self.prefix, key)
+        SessionKeys::in_space(self, key)
+    }
+
+    /// What every key of the session `member` names starts with, and its
+    /// bucket: `<prefix>:{<tenant>:<session>}` on a single server,
+    /// `<prefix>:{<bucket tag>}:<tenant>:<session>` on a cluster.
+    fn base_of_member(&self, member: &str) -> (String, u16) {
+        if self.clustered {
+            let bucket = bucket_of(member);
+            let base = [&self.prefix, ":{", tag_of_bucket(bucket), "}:", member].concat();
+            (base, bucket)
+        } else {
+            ([&self.prefix, ":{", member, "}"].concat(), 0)
+        }
+    }
+
+    /// A key that is `suffix` after `<prefix>:` on a single server and
+    /// lives in bucket `bucket` on a cluster.
+    fn in_bucket(&self, bucket: u16, suffix: &str) -> String {
+        if self.clustered {
+            [&self.prefix, ":{", tag_of_bucket(bucket), "}:", suffix].concat()
+        } else {
+            [&self.prefix, ":", suffix].concat()
+        }
     }
 
     /// A replica's liveness key (its value: when it last beat).
     pub(super) fn heartbeat(&self, replica: &str) -> String {
-        format!("{}:hb:{replica}", self.prefix)
+        if self.clustered {
+            // Beside its info key, in one slot: one pipeline writes both.
+            format!("{}:{{hb:{replica}}}:hb", self.prefix)
+        } else {
+            format!("{}:hb:{replica}", self.prefix)
+        }
     }
 
     /// What a replica says of itself, beside its heartbeat key (with the
     /// same TTL): a key of its own, so builds that read heartbeat keys as
     /// numbers still do.
     pub(super) fn heartbeat_info(&self, replica: &str) -> String {
-        format!("{}:hbinfo:{replica}", self.prefix)
+        if self.clustered {
+            format!("{}:{{hb:{replica}}}:info", self.prefix)
+        } else {
+            format!("{}:hbinfo:{replica}", self.prefix)
+        }
     }
 
-    /// Sessions whose logs may hold unshipped records: member
-    /// `<tenant>:<session>` (each [`key_part`]-encoded), score the time of
-    /// the last commit that added it (ms, with a random fraction so that
-    /// two commits in one millisecond still leave different scores; see
-    /// `unindex.lua`).
-    pub fn unshipped(&self) -> String {
-        format!("{}:unshipped", self.prefix)
+    /// Sessions whose logs may hold unshipped records, those of bucket
+    /// `bucket`: member `<tenant>:<session>` (each [`key_part`]-encoded),
+    /// score the time of the last commit that added it (ms, with a random
+    /// fraction so that two commits in one millisecond still leave
+    /// different scores; see `unindex.lua`).
+    pub fn unshipped(&self, bucket: u16) -> String {
+        self.in_bucket(bucket, "unshipped")
+    }
+
+    /// The known index's watermark of bucket `bucket`: the Redis run it is
+    /// complete for (see `known.rs`).
+    pub fn known_complete(&self, bucket: u16) -> String {
+        self.in_bucket(bucket, "known:complete")
     }
 
     /// Replicas by heartbeat expiry (ms): member the holder id.
@@ -144,10 +220,9 @@ impl KeySpace {
     }
 
     /// The key `suffix` (":state", ":known", ...) of the session an
-    /// unshipped-index member names: the member is the inside of the
-    /// session's hash tag.
+    /// unshipped-index member names.
     pub(super) fn key_of_member(&self, member: &str, suffix: &str) -> String {
-        [self.prefix.as_str(), ":{", member, "}", suffix].concat()
+        [self.base_of_member(member).0.as_str(), suffix].concat()
     }
 
     /// The workspace collector's lease: at most one collects at a time.
@@ -161,7 +236,7 @@ impl KeySpace {
     }
 }
 
-/// The unshipped index of the default key space.
+/// The unshipped index of the default key space on a single server.
 pub const UNSHIPPED_INDEX: &str = "baton:unshipped";
 
 /// The member of `key` in [`UNSHIPPED_INDEX`].

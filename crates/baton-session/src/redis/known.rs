@@ -28,14 +28,21 @@
 //! that run (so the watermark it read was written before the marker's
 //! absence was seen). Three Redis round trips, no Postgres one.
 //!
+//! On a Redis Cluster every master has its own run and fails over on its
+//! own, so each bucket of sessions (`slots.rs`) has its own watermark,
+//! beside its sessions, naming the run of the master that serves it: a
+//! failover sends only that master's buckets back to the ledger until the
+//! next backfill.
+//!
 //! Every replica writing to one Redis must be of a build that sets
 //! markers: an older build commits without one.
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use redis::AsyncCommands;
 
-use super::{KeySpace, RedisStore, corrupt, run_id, unavailable};
+use super::{KeySpace, RedisStore, corrupt, parse_error, run_id, unavailable};
 use crate::ids::SessionKey;
-use crate::store::StoreResult;
+use crate::store::{StoreError, StoreResult};
 
 /// Index entries read per ZSCAN call of the backfill.
 const SCAN_COUNT: usize = 1000;
@@ -43,12 +50,12 @@ const SCAN_COUNT: usize = 1000;
 /// What the sweeper reads before it maintains the index.
 #[derive(Debug)]
 pub(crate) struct KnownIndexCheck {
-    /// The Redis run answering now.
-    pub run: String,
-    /// Its `maxmemory-policy`.
+    /// The Redis run answering for each bucket now (one bucket on a single
+    /// server; on a cluster, the run of the master serving it).
+    pub runs: Vec<String>,
+    /// The `maxmemory-policy` (on a cluster, the first master's that may
+    /// evict markers, if any does).
     pub eviction_policy: String,
-    /// The run the watermark names, if there is one.
-    pub complete_for: Option<String>,
 }
 
 impl KnownIndexCheck {
@@ -56,80 +63,144 @@ impl KnownIndexCheck {
     pub fn may_evict_markers(&self) -> bool {
         self.eviction_policy.starts_with("allkeys")
     }
-
-    pub fn is_complete(&self) -> bool {
-        !self.may_evict_markers() && self.complete_for.as_deref() == Some(self.run.as_str())
-    }
 }
 
 impl KeySpace {
-    /// The known index's watermark: the run it is complete for.
-    pub fn known_complete(&self) -> String {
-        format!("{}:known:complete", self.prefix)
-    }
-
     /// The marker of the session an unshipped-index member names.
     fn known_marker_of_member(&self, member: &str) -> String {
         self.key_of_member(member, ":known")
     }
 }
 
+/// Watermarks read or written at once on a cluster.
+const PARALLEL_WATERMARKS: usize = 64;
+
+fn eviction_policy(memory: &str) -> StoreResult<String> {
+    memory
+        .lines()
+        .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+        .map(|p| p.trim().to_owned())
+        .ok_or_else(|| corrupt("INFO memory has no maxmemory_policy"))
+}
+
 impl RedisStore {
-    /// Whether the known index is complete in the Redis run `run`.
-    pub(crate) async fn known_index_complete_in(&self, run: &str) -> StoreResult<bool> {
+    /// Whether the known index of `key`'s bucket is complete in the Redis
+    /// run `run` (the run that answered MISSING for `key`).
+    pub(crate) async fn known_index_complete_in(
+        &self,
+        key: &SessionKey,
+        run: &str,
+    ) -> StoreResult<bool> {
         let complete: Option<String> = self
             .conn
             .clone()
-            .get(self.space.known_complete())
+            .get(self.space.known_complete(self.space.bucket_of_key(key)))
             .await
             .map_err(unavailable)?;
         Ok(complete.as_deref() == Some(run))
     }
 
-    /// The run, its eviction policy and the watermark, in one round trip.
+    /// The runs and the eviction policy: one round trip on a single
+    /// server, two plus one per master on a cluster.
     pub(crate) async fn known_index_check(&self) -> StoreResult<KnownIndexCheck> {
+        if self.space.is_clustered() {
+            let topology = super::runs::read_topology(&self.conn).await?;
+            let runs = (0..self.space.buckets())
+                .map(|b| topology.run_of_bucket(b).map(|r| r.to_string()))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| {
+                    StoreError::Unavailable("a cluster slot has no master that answers".into())
+                })?;
+            // INFO goes to every master; any that may evict decides.
+            let memory: redis::Value = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+            let redis::Value::Map(answers) = memory else {
+                return Err(corrupt(format!("INFO on a cluster answered {memory:?}")));
+            };
+            let mut policy = None;
+            for (_, answer) in &answers {
+                let text: String = redis::from_redis_value_ref(answer).map_err(parse_error)?;
+                let this = eviction_policy(&text)?;
+                if policy.is_none() || this.starts_with("allkeys") {
+                    policy = Some(this);
+                }
+            }
+            return Ok(KnownIndexCheck {
+                runs,
+                eviction_policy: policy.unwrap_or_default(),
+            });
+        }
         // Two single-section INFOs: several sections in one INFO need Redis 7.
-        let (server, memory, complete_for): (String, String, Option<String>) = redis::pipe()
+        let (server, memory): (String, String) = redis::pipe()
             .cmd("INFO")
             .arg("server")
             .cmd("INFO")
             .arg("memory")
-            .get(self.space.known_complete())
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        let eviction_policy = memory
-            .lines()
-            .find_map(|l| l.strip_prefix("maxmemory_policy:"))
-            .map(|p| p.trim().to_owned())
-            .ok_or_else(|| corrupt("INFO memory has no maxmemory_policy"))?;
         Ok(KnownIndexCheck {
-            run: run_id(&server)?,
-            eviction_policy,
-            complete_for,
+            runs: vec![run_id(&server)?],
+            eviction_policy: eviction_policy(&memory)?,
         })
     }
 
-    /// Removes the watermark: new sessions ask the ledger again.
+    /// Whether every bucket's watermark names the run in `runs` (the
+    /// bucket's run now).
+    pub(crate) async fn known_index_complete_for(&self, runs: &[String]) -> StoreResult<bool> {
+        let reads = runs
+            .iter()
+            .enumerate()
+            .map(|(bucket, run)| {
+                let mut conn = self.conn.clone();
+                let key = self
+                    .space
+                    .known_complete(u16::try_from(bucket).unwrap_or_default());
+                async move {
+                    let complete: Option<String> = conn.get(key).await?;
+                    Ok::<_, redis::RedisError>(complete.as_deref() == Some(run.as_str()))
+                }
+            })
+            .collect::<Vec<_>>();
+        let complete: Vec<bool> = futures::stream::iter(reads)
+            .buffer_unordered(PARALLEL_WATERMARKS)
+            .try_collect()
+            .await
+            .map_err(unavailable)?;
+        Ok(complete.iter().all(|c| *c))
+    }
+
+    /// Removes the watermarks: new sessions ask the ledger again.
     pub(crate) async fn drop_known_index(&self) -> StoreResult<()> {
-        let _: i64 = self
-            .conn
-            .clone()
-            .del(self.space.known_complete())
+        let deletes = (0..self.space.buckets())
+            .map(|bucket| {
+                let mut conn = self.conn.clone();
+                let key = self.space.known_complete(bucket);
+                async move { conn.del::<_, i64>(key).await }
+            })
+            .collect::<Vec<_>>();
+        futures::stream::iter(deletes)
+            .buffer_unordered(PARALLEL_WATERMARKS)
+            .try_collect::<Vec<i64>>()
             .await
             .map_err(unavailable)?;
         Ok(())
     }
 
-    /// One page of the unshipped index's members and the cursor of the
-    /// next (0 at the end). ZSCAN returns every member present from the
-    /// first call to the last at least once, whatever changes meanwhile.
+    /// One page of bucket `bucket`'s unshipped index members and the
+    /// cursor of the next (0 at the end). ZSCAN returns every member
+    /// present from the first call to the last at least once, whatever
+    /// changes meanwhile.
     pub(crate) async fn unshipped_members_page(
         &self,
+        bucket: u16,
         cursor: u64,
     ) -> StoreResult<(u64, Vec<String>)> {
         let (next, flat): (u64, Vec<String>) = redis::cmd("ZSCAN")
-            .arg(self.space.unshipped())
+            .arg(self.space.unshipped(bucket))
             .arg(cursor)
             .arg("COUNT")
             .arg(SCAN_COUNT)
@@ -142,43 +213,82 @@ impl RedisStore {
 
     /// Sets the markers of the sessions the unshipped index names.
     pub(crate) async fn mark_known_members(&self, members: &[String]) -> StoreResult<()> {
-        let markers: Vec<String> = members
+        let markers: Vec<(u16, String)> = members
             .iter()
-            .map(|m| self.space.known_marker_of_member(m))
+            .map(|m| {
+                (
+                    self.space.bucket_of_member(m),
+                    self.space.known_marker_of_member(m),
+                )
+            })
             .collect();
-        self.set_markers(&markers).await
+        self.set_markers(markers).await
     }
 
     /// Sets the markers of `keys`.
     pub(crate) async fn mark_known(&self, keys: &[SessionKey]) -> StoreResult<()> {
-        let markers: Vec<String> = keys.iter().map(|k| self.space.session(k).known).collect();
-        self.set_markers(&markers).await
+        let markers: Vec<(u16, String)> = keys
+            .iter()
+            .map(|k| {
+                let keys = self.space.session(k);
+                (keys.bucket, keys.known)
+            })
+            .collect();
+        self.set_markers(markers).await
     }
 
-    async fn set_markers(&self, markers: &[String]) -> StoreResult<()> {
-        if markers.is_empty() {
-            return Ok(());
+    /// One pipeline per bucket (one slot on a cluster), the buckets at once.
+    async fn set_markers(&self, markers: Vec<(u16, String)>) -> StoreResult<()> {
+        let mut by_bucket: std::collections::BTreeMap<u16, redis::Pipeline> = Default::default();
+        for (bucket, marker) in markers {
+            by_bucket
+                .entry(bucket)
+                .or_insert_with(redis::pipe)
+                .set(marker, "1")
+                .ignore();
         }
-        let mut pipe = redis::pipe();
-        for marker in markers {
-            pipe.set(marker, "1").ignore();
-        }
-        pipe.query_async::<()>(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
-    }
-
-    /// Writes the watermark for `run`, if Redis is still that run (see
-    /// `complete_known.lua`). True when it did.
-    pub(crate) async fn complete_known_index(&self, run: &str) -> StoreResult<bool> {
-        let done: i64 = self
-            .scripts
-            .complete_known
-            .key(self.space.known_complete())
-            .arg(run)
-            .invoke_async(&mut self.conn.clone())
+        let writes = by_bucket
+            .into_values()
+            .map(|pipe| {
+                let mut conn = self.conn.clone();
+                async move { pipe.query_async::<()>(&mut conn).await }
+            })
+            .collect::<Vec<_>>();
+        futures::stream::iter(writes)
+            .buffer_unordered(PARALLEL_WATERMARKS)
+            .try_collect::<Vec<()>>()
             .await
             .map_err(unavailable)?;
-        Ok(done == 1)
+        Ok(())
+    }
+
+    /// Writes each bucket's watermark for its run in `runs`, if Redis is
+    /// still that run there (see `complete_known.lua`). True when every
+    /// bucket's was written.
+    pub(crate) async fn complete_known_index(&self, runs: &[String]) -> StoreResult<bool> {
+        let writes = runs
+            .iter()
+            .enumerate()
+            .map(|(bucket, run)| {
+                let mut conn = self.conn.clone();
+                let key = self
+                    .space
+                    .known_complete(u16::try_from(bucket).unwrap_or_default());
+                let script = &self.scripts.complete_known;
+                async move {
+                    script
+                        .key(key)
+                        .arg(run)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                }
+            })
+            .collect::<Vec<_>>();
+        let done: Vec<i64> = futures::stream::iter(writes)
+            .buffer_unordered(PARALLEL_WATERMARKS)
+            .try_collect()
+            .await
+            .map_err(unavailable)?;
+        Ok(done.iter().all(|d| *d == 1))
     }
 }

@@ -37,7 +37,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script, Value};
 
 use crate::ids::{ReplicaId, SessionKey};
@@ -48,15 +47,21 @@ use crate::model::{
 use crate::store::{StoreError, StoreResult, TurnStore};
 use crate::turn_record;
 
+mod conn;
 mod keys;
 mod known;
 mod replicas;
 mod reply;
+mod runs;
 mod shipping;
+pub mod slots;
 
+use conn::Conn;
+pub use conn::{CLUSTER_SCHEME, RedisTarget};
 pub use keys::{KeySpace, SessionKeys, UNSHIPPED_INDEX};
 use keys::{digest_slot, record_slot, unshipped_member};
 use reply::{Reply, parse_result, reused};
+use runs::RunView;
 
 /// Idempotency records kept per session: a retry of one of the last this
 /// many turns gets its stored result; an older one gets STALE.
@@ -155,39 +160,14 @@ pub(crate) enum RawBegin {
 
 /// A `TurnStore` on Redis alone: a session with no state is new. See
 /// [`crate::redis_ledger::RedisLedgerStore`] for Redis with the ledger.
+/// One Redis server or a Redis Cluster (`redis+cluster://`), whichever the
+/// URL names.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     space: std::sync::Arc<KeySpace>,
     scripts: std::sync::Arc<Scripts>,
     run: std::sync::Arc<RunView>,
-}
-
-/// This client's idea of the Redis run it talks to (`INFO` `run_id`, new
-/// with every restart), refreshed by every heartbeat, by every script answer
-/// that names the run (MISSING, UNVERIFIED, vouch, restore) and after a
-/// LEASE_LOST commit in this-run mode. Only a hint, which spares every
-/// begin an `INFO` (about 10 µs of Redis CPU): `begin.lua` uses it to decide whether a state needs
-/// checking against the ledger, while `commit.lua` asks Redis itself, so a
-/// stale hint can waste a turn, never let one commit on an older state.
-#[derive(Debug)]
-struct RunView(std::sync::Mutex<std::sync::Arc<str>>);
-
-impl Default for RunView {
-    fn default() -> Self {
-        Self(std::sync::Mutex::new("".into()))
-    }
-}
-
-impl RunView {
-    /// Read on every begin: a reference count, not a copy of the id.
-    fn get(&self) -> std::sync::Arc<str> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn set(&self, run: &str) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = run.into();
-    }
 }
 
 /// The `run_id` in an `INFO server` answer.
@@ -235,16 +215,28 @@ impl RedisStore {
         Self::connect_in(url, KeySpace::default()).await
     }
 
-    /// Connects, with every key in `space`.
+    /// Connects, with every key in `space` (laid out for a cluster when
+    /// the URL names one).
     pub async fn connect_in(url: &str, space: KeySpace) -> StoreResult<Self> {
+        let conn = Conn::open(url).await?;
+        let space = if conn.is_cluster() {
+            space.clustered()
+        } else {
+            space
+        };
         let store = Self {
+            run: std::sync::Arc::new(RunView::new(space.buckets())),
             space: std::sync::Arc::new(space),
-            conn: Self::open(url).await?,
+            conn,
             scripts: std::sync::Arc::new(Scripts::new()),
-            run: std::sync::Arc::default(),
         };
         store.refresh_run().await?;
         Ok(store)
+    }
+
+    /// Whether this store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     /// Another connection to the same Redis, sharing this one's scripts and
@@ -253,39 +245,49 @@ impl RedisStore {
     pub async fn another_connection(&self, url: &str) -> StoreResult<Self> {
         Ok(Self {
             space: self.space.clone(),
-            conn: Self::open(url).await?,
+            conn: Conn::open(url).await?,
             scripts: self.scripts.clone(),
             run: self.run.clone(),
         })
     }
 
-    async fn open(url: &str) -> StoreResult<ConnectionManager> {
-        use redis::IntoConnectionInfo as _;
-        // Without TCP_NODELAY (redis-rs leaves it off) a turn's commands
-        // wait behind Nagle's algorithm whenever another turn's or the
-        // shipper's are still unacknowledged on the shared connection.
-        let info = url
-            .into_connection_info()
-            .map_err(unavailable)?
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(unavailable)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(1);
-        ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(unavailable)
+    /// The positions of `items` grouped by the bucket of their session,
+    /// bucket by bucket: what one pipeline or transaction may hold on a
+    /// cluster (one slot). A single server has one bucket, all of them.
+    fn group_by_bucket<T>(
+        &self,
+        items: &[T],
+        key: impl Fn(&T) -> &SessionKey,
+    ) -> Vec<(u16, Vec<usize>)> {
+        if items.is_empty() {
+            return Vec::new();
+        }
+        if !self.space.is_clustered() {
+            return vec![(0, (0..items.len()).collect())];
+        }
+        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, item) in items.iter().enumerate() {
+            groups
+                .entry(self.space.bucket_of_key(key(item)))
+                .or_default()
+                .push(i);
+        }
+        groups.into_iter().collect()
     }
 
-    /// Asks Redis which run it is.
+    /// Asks Redis which run it is; on a cluster, every master.
     async fn refresh_run(&self) -> StoreResult<()> {
+        if self.conn.is_cluster() {
+            let topology = runs::read_topology(&self.conn).await?;
+            self.run.set_all(|bucket| topology.run_of_bucket(bucket));
+            return Ok(());
+        }
         let info: String = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        self.run.set(&run_id(&info)?);
+        self.run.set(0, &run_id(&info)?);
         Ok(())
     }
 
@@ -296,7 +298,7 @@ impl RedisStore {
         on_missing: OnMissing<'_>,
     ) -> StoreResult<RawBegin> {
         let keys = self.space.session(&req.key);
-        let run_hint = self.run.get();
+        let run_hint = self.run.get(keys.bucket);
         let mut invocation = self.scripts.begin.prepare_invoke();
         invocation
             .key(&keys.state)
@@ -340,7 +342,7 @@ impl RedisStore {
         let outcome = match reply.text(0)?.as_str() {
             "MISSING" => {
                 let run = reply.text(1)?;
-                self.run.set(&run);
+                self.run.set(keys.bucket, &run);
                 return Ok(RawBegin::Missing {
                     run,
                     known: reply.int(2)? == 1,
@@ -348,7 +350,7 @@ impl RedisStore {
             }
             "UNVERIFIED" => {
                 let run = reply.text(2)?;
-                self.run.set(&run);
+                self.run.set(keys.bucket, &run);
                 return Ok(RawBegin::Unverified {
                     version: reply.num(1)?,
                     run,
@@ -514,6 +516,7 @@ impl RedisStore {
         // sweeper drops). The fraction makes every commit's score its own.
         let index_score = now_ms as f64 + f64::from(rand_fraction()) / f64::from(FRACTION_STEPS);
         let member = (accepted == LeaseRun::ThisRun).then(|| unshipped_member(&req.lease.key));
+        let index = self.space.unshipped(keys.bucket);
         // Stage the payload with a plain SET and commit in the same round
         // trip: the bulk data never passes through Lua. A failed commit
         // deletes it; one whose script never ran leaves it for the state TTL
@@ -521,8 +524,7 @@ impl RedisStore {
         let ((), reply): ((), Vec<Value>) = self
             .with_script(&self.scripts.commit, |pipe| {
                 if let Some(member) = &member {
-                    pipe.zadd(self.space.unshipped(), member, index_score)
-                        .ignore();
+                    pipe.zadd(&index, member, index_score).ignore();
                 }
                 pipe.pset_ex(
                     &staged,
@@ -615,15 +617,15 @@ impl RedisStore {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        Ok(self.learn_run(restored))
+        Ok(self.learn_run(keys.bucket, restored))
     }
 
     /// A script that vouched for a state answers with this run's id (it
     /// asked Redis); nil when it did not.
-    fn learn_run(&self, answer: Option<String>) -> bool {
+    fn learn_run(&self, bucket: u16, answer: Option<String>) -> bool {
         match answer {
             Some(run) => {
-                self.run.set(&run);
+                self.run.set(bucket, &run);
                 true
             }
             None => false,
@@ -638,16 +640,17 @@ impl RedisStore {
         version: u64,
         judged_in: &str,
     ) -> StoreResult<bool> {
+        let keys = self.space.session(key);
         let vouched: Option<String> = self
             .scripts
             .vouch
-            .key(self.space.session(key).state)
+            .key(&keys.state)
             .arg(version.to_string())
             .arg(judged_in)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        Ok(self.learn_run(vouched))
+        Ok(self.learn_run(keys.bucket, vouched))
     }
 
     /// The fence of the session's lease, if one is held (expired or not:
@@ -733,12 +736,11 @@ impl TurnStore for RedisStore {
         said: crate::model::ReplicaInfo,
         ttl: Duration,
     ) -> StoreResult<()> {
-        // The run, in the same round trip: after a restart the hint is
-        // current again within one heartbeat.
         let now = crate::turn_record::now_ms();
         let said = serde_json::to_string(&said).map_err(|e| corrupt(e.to_string()))?;
-        let ((), info): ((), String) = redis::pipe()
-            .pset_ex(self.space.heartbeat(replica.as_str()), now, millis(ttl))
+        let mut beat = redis::pipe();
+        beat.pset_ex(self.space.heartbeat(replica.as_str()), now, millis(ttl))
+            .ignore()
             .pset_ex(
                 self.space.heartbeat_info(replica.as_str()),
                 said,
@@ -752,13 +754,37 @@ impl TurnStore for RedisStore {
             .arg(now.saturating_sub(REPLICA_FORGET_MS))
             .ignore()
             .zadd(self.space.replicas(), replica.as_str(), now + millis(ttl))
-            .ignore()
+            .ignore();
+        if self.conn.is_cluster() {
+            // The heartbeat keys share a slot; the index has its own, and
+            // the runs come from every master: three requests at once.
+            let mut index = redis::pipe();
+            for command in beat.cmd_iter().skip(2) {
+                index.add_command(command.clone()).ignore();
+            }
+            let mut heartbeat = redis::pipe();
+            for command in beat.cmd_iter().take(2) {
+                heartbeat.add_command(command.clone()).ignore();
+            }
+            let (mut first, mut second) = (self.conn.clone(), self.conn.clone());
+            let (heartbeat, index, runs) = tokio::join!(
+                heartbeat.query_async::<()>(&mut first),
+                index.query_async::<()>(&mut second),
+                self.refresh_run(),
+            );
+            heartbeat.map_err(unavailable)?;
+            index.map_err(unavailable)?;
+            return runs;
+        }
+        // One server: all of it and the run in one round trip, so after a
+        // restart the hint is current again within one heartbeat.
+        let (info,): (String,) = beat
             .cmd("INFO")
             .arg("server")
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        self.run.set(&run_id(&info)?);
+        self.run.set(0, &run_id(&info)?);
         Ok(())
     }
 
@@ -971,7 +997,7 @@ mod tests {
             .heartbeat(&replica, Duration::from_secs(60))
             .await
             .unwrap();
-        let this_run = store.run.get();
+        let this_run = store.run.get(0);
         let run_of = |store: &RedisStore| {
             let (store, k) = (store.clone(), k.clone());
             async move {

@@ -49,7 +49,8 @@ impl RedisStore {
 
     /// Replicas whose heartbeat key is alive, with when they last beat:
     /// the replica index names the candidates (no keyspace walk), their
-    /// heartbeat keys decide. Two round trips, whatever the keyspace holds.
+    /// heartbeat keys decide. Two round trips, whatever the keyspace holds
+    /// (on a cluster, the second is one request per replica, at once).
     pub async fn replicas(&self) -> StoreResult<Vec<crate::model::ReplicaView>> {
         let mut conn = self.conn.clone();
         let now = turn_record::now_ms();
@@ -67,14 +68,38 @@ impl RedisStore {
         if names.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<String> = names.iter().map(|n| self.space.heartbeat(n)).collect();
-        let info_keys: Vec<String> = names.iter().map(|n| self.space.heartbeat_info(n)).collect();
-        let (seen, infos): (Vec<Option<u64>>, Vec<Option<String>>) = redis::pipe()
-            .mget(&keys)
-            .mget(&info_keys)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let (seen, infos): (Vec<Option<u64>>, Vec<Option<String>>) = if self.space.is_clustered() {
+            // Each replica's two keys share a slot of their own: a pipeline
+            // per replica, all at once.
+            let reads = names
+                .iter()
+                .map(|n| {
+                    let mut pipe = redis::pipe();
+                    pipe.get(self.space.heartbeat(n))
+                        .get(self.space.heartbeat_info(n));
+                    let mut conn = self.conn.clone();
+                    async move {
+                        pipe.query_async::<(Option<u64>, Option<String>)>(&mut conn)
+                            .await
+                    }
+                })
+                .collect::<Vec<_>>();
+            futures::future::try_join_all(reads)
+                .await
+                .map_err(unavailable)?
+                .into_iter()
+                .unzip()
+        } else {
+            let keys: Vec<String> = names.iter().map(|n| self.space.heartbeat(n)).collect();
+            let info_keys: Vec<String> =
+                names.iter().map(|n| self.space.heartbeat_info(n)).collect();
+            redis::pipe()
+                .mget(&keys)
+                .mget(&info_keys)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?
+        };
         let mut replicas = Vec::new();
         for ((id, seen), info) in names.into_iter().zip(seen).zip(infos) {
             if let Some(last_seen_ms) = seen {

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::{StreamExt as _, TryStreamExt as _};
 use redis::{AsyncCommands, Value};
 
 use super::keys::session_of_member;
@@ -14,14 +15,19 @@ use crate::ids::SessionKey;
 use crate::store::StoreResult;
 use crate::turn_record;
 
-/// An entry of [`UNSHIPPED_INDEX`] as the sweeper read it.
+/// An entry of an unshipped index as the sweeper read it.
 #[derive(Clone, Debug)]
 pub(crate) struct Unshipped {
     pub key: SessionKey,
+    /// The bucket whose index holds it.
+    pub(super) bucket: u16,
     pub(super) member: String,
     /// The score as Redis printed it: compared as text by `unindex.lua`.
     pub(super) score: String,
 }
+
+/// Bucket indexes read at once by a sweep on a cluster.
+const PARALLEL_BUCKET_READS: usize = 64;
 
 type ShipReadout = (
     Vec<String>,
@@ -38,28 +44,44 @@ impl RedisStore {
         limit: usize,
     ) -> StoreResult<Vec<crate::ledger::ShipBatch>> {
         let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
-        // MULTI/EXEC: each session's version and payload read at one instant.
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for key in keys {
-            let k = self.space.session(key);
-            pipe.lrange(&k.log, 0, end)
-                .hmget(&k.state, &["version", "ws", "run"])
-                .get(&k.payload);
-        }
-        let replies: Vec<Value> = pipe
-            .query_async(&mut self.conn.clone())
+        // MULTI/EXEC: each session's version and payload read at one
+        // instant. One transaction per bucket (one slot on a cluster: a
+        // transaction may not cross slots), the buckets at once.
+        let groups = self.group_by_bucket(keys, |k| k);
+        let reads = groups
+            .iter()
+            .map(|(_, members)| {
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                for &i in members {
+                    let k = self.space.session(&keys[i]);
+                    pipe.lrange(&k.log, 0, end)
+                        .hmget(&k.state, &["version", "ws", "run"])
+                        .get(&k.payload);
+                }
+                let mut conn = self.conn.clone();
+                async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
+            })
+            .collect::<Vec<_>>();
+        let answers = futures::future::try_join_all(reads)
             .await
             .map_err(unavailable)?;
-        if replies.len() != keys.len() * 3 {
-            return Err(corrupt(format!(
-                "shipping read: {} replies for {} sessions",
-                replies.len(),
-                keys.len()
-            )));
+        let mut replies: Vec<Option<&[Value]>> = vec![None; keys.len()];
+        for ((_, members), answer) in groups.iter().zip(&answers) {
+            if answer.len() != members.len() * 3 {
+                return Err(corrupt(format!(
+                    "shipping read: {} replies for {} sessions",
+                    answer.len(),
+                    members.len()
+                )));
+            }
+            for (&i, reply) in members.iter().zip(answer.chunks(3)) {
+                replies[i] = Some(reply);
+            }
         }
         let mut batches = Vec::with_capacity(keys.len());
-        for (key, reply) in keys.iter().zip(replies.chunks(3)) {
+        for (key, reply) in keys.iter().zip(replies) {
+            let reply = reply.ok_or_else(|| corrupt("shipping read: a session without a reply"))?;
             let (raw, (version, workspace, run), payload): ShipReadout = (
                 redis::from_redis_value_ref(&reply[0]).map_err(parse_error)?,
                 redis::from_redis_value_ref(&reply[1]).map_err(parse_error)?,
@@ -112,24 +134,43 @@ impl RedisStore {
         if batches.is_empty() {
             return Ok(Vec::new());
         }
-        let invocations: Vec<_> = batches
+        // One pipeline per bucket (one slot on a cluster), the buckets at once.
+        let groups = self.group_by_bucket(batches, |b| &b.key);
+        let acks = groups
             .iter()
-            .map(|batch| {
-                let mut i = self.scripts.ack.prepare_invoke();
-                i.key(self.space.session(&batch.key).log);
-                for record in &batch.records {
-                    i.arg(record.turn_seq.to_string())
-                        .arg(record.fence.to_string());
+            .map(|(_, members)| {
+                let invocations: Vec<_> = members
+                    .iter()
+                    .map(|&i| {
+                        let batch = &batches[i];
+                        let mut invocation = self.scripts.ack.prepare_invoke();
+                        invocation.key(self.space.session(&batch.key).log);
+                        for record in &batch.records {
+                            invocation
+                                .arg(record.turn_seq.to_string())
+                                .arg(record.fence.to_string());
+                        }
+                        invocation
+                    })
+                    .collect();
+                async move {
+                    self.with_script::<Vec<u64>>(&self.scripts.ack, |pipe| {
+                        for i in &invocations {
+                            pipe.invoke_script(i);
+                        }
+                    })
+                    .await
                 }
-                i
             })
-            .collect();
-        self.with_script(&self.scripts.ack, |pipe| {
-            for i in &invocations {
-                pipe.invoke_script(i);
+            .collect::<Vec<_>>();
+        let answers = futures::future::try_join_all(acks).await?;
+        let mut dropped = vec![0; batches.len()];
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            for (&i, n) in members.iter().zip(answer) {
+                dropped[i] = n;
             }
-        })
-        .await
+        }
+        Ok(dropped)
     }
 
     /// Up to `limit` indexed sessions whose last indexing commit is older
@@ -140,31 +181,57 @@ impl RedisStore {
         limit: usize,
     ) -> StoreResult<Vec<Unshipped>> {
         let before = turn_record::now_ms().saturating_sub(older_than_ms);
-        let entries: Vec<(String, String)> = redis::cmd("ZRANGE")
-            .arg(self.space.unshipped())
-            .arg("-inf")
-            .arg(before)
-            .arg("BYSCORE")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .arg("WITHSCORES")
-            .query_async(&mut self.conn.clone())
+        // Every bucket's index (one on a single server, one per bucket on a
+        // cluster: each read where it lives, a bounded number at once).
+        let reads = (0..self.space.buckets())
+            .map(|bucket| {
+                let mut conn = self.conn.clone();
+                let index = self.space.unshipped(bucket);
+                async move {
+                    let entries: Vec<(String, String)> = redis::cmd("ZRANGE")
+                        .arg(&index)
+                        .arg("-inf")
+                        .arg(before)
+                        .arg("BYSCORE")
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(limit)
+                        .arg("WITHSCORES")
+                        .query_async(&mut conn)
+                        .await?;
+                    Ok::<_, redis::RedisError>((bucket, entries))
+                }
+            })
+            .collect::<Vec<_>>();
+        let mut pages: Vec<(u16, Vec<(String, String)>)> = futures::stream::iter(reads)
+            .buffer_unordered(PARALLEL_BUCKET_READS)
+            .try_collect()
             .await
             .map_err(unavailable)?;
-        let mut found = Vec::with_capacity(entries.len());
-        for (member, score) in entries {
-            match session_of_member(&member) {
-                Some(key) => found.push(Unshipped { key, member, score }),
-                None => {
-                    // Not an entry this code writes: drop it, say so.
-                    tracing::warn!(%member, "dropping an unshipped-index entry that names no session");
-                    let _: i64 = self
-                        .conn
-                        .clone()
-                        .zrem(self.space.unshipped(), &member)
-                        .await
-                        .map_err(unavailable)?;
+        pages.sort_by_key(|(bucket, _)| *bucket);
+        let mut found = Vec::new();
+        for (bucket, entries) in pages {
+            for (member, score) in entries {
+                if found.len() >= limit {
+                    break;
+                }
+                match session_of_member(&member) {
+                    Some(key) => found.push(Unshipped {
+                        key,
+                        bucket,
+                        member,
+                        score,
+                    }),
+                    None => {
+                        // Not an entry this code writes: drop it, say so.
+                        tracing::warn!(%member, "dropping an unshipped-index entry that names no session");
+                        let _: i64 = self
+                            .conn
+                            .clone()
+                            .zrem(self.space.unshipped(bucket), &member)
+                            .await
+                            .map_err(unavailable)?;
+                    }
                 }
             }
         }
@@ -175,51 +242,77 @@ impl RedisStore {
     /// whose commits the ledger's durable copies may not have yet.
     pub(crate) async fn unshipped_workspaces(&self) -> StoreResult<Vec<String>> {
         let mut found = Vec::new();
-        let mut cursor = 0;
-        loop {
-            let (next, members) = self.unshipped_members_page(cursor).await?;
-            let mut pipe = redis::pipe();
-            for member in &members {
-                pipe.hget(self.space.key_of_member(member, ":state"), "ws");
+        for bucket in 0..self.space.buckets() {
+            let mut cursor = 0;
+            loop {
+                let (next, members) = self.unshipped_members_page(bucket, cursor).await?;
+                if !members.is_empty() {
+                    let mut pipe = redis::pipe();
+                    for member in &members {
+                        pipe.hget(self.space.key_of_member(member, ":state"), "ws");
+                    }
+                    let workspaces: Vec<Option<String>> = pipe
+                        .query_async(&mut self.conn.clone())
+                        .await
+                        .map_err(unavailable)?;
+                    found.extend(workspaces.into_iter().flatten().filter(|w| !w.is_empty()));
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            let workspaces: Vec<Option<String>> = pipe
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(unavailable)?;
-            found.extend(workspaces.into_iter().flatten().filter(|w| !w.is_empty()));
-            if next == 0 {
-                return Ok(found);
-            }
-            cursor = next;
         }
+        Ok(found)
     }
 
-    /// How many records each session's log holds, in one round trip.
+    /// How many records each session's log holds, in one round trip (per
+    /// bucket on a cluster, the buckets at once).
     pub(crate) async fn log_lengths(&self, keys: &[&SessionKey]) -> StoreResult<Vec<u64>> {
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.llen(self.space.session(key).log);
-        }
-        pipe.query_async(&mut self.conn.clone())
+        let groups = self.group_by_bucket(keys, |k| k);
+        let reads = groups
+            .iter()
+            .map(|(_, members)| {
+                let mut pipe = redis::pipe();
+                for &i in members {
+                    pipe.llen(self.space.session(keys[i]).log);
+                }
+                let mut conn = self.conn.clone();
+                async move { pipe.query_async::<Vec<u64>>(&mut conn).await }
+            })
+            .collect::<Vec<_>>();
+        let answers = futures::future::try_join_all(reads)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        let mut lengths = vec![0; keys.len()];
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            for (&i, n) in members.iter().zip(answer) {
+                lengths[i] = n;
+            }
+        }
+        Ok(lengths)
     }
 
     /// Drops `entries` (whose logs were found empty) from the index, each
     /// unless a commit re-indexed it since it was read (`unindex.lua`).
     pub(crate) async fn unindex(&self, entries: &[&Unshipped]) -> StoreResult<u64> {
-        if entries.is_empty() {
-            return Ok(0);
-        }
-        let mut invocation = self.scripts.unindex.prepare_invoke();
-        invocation.key(self.space.unshipped());
+        let mut by_bucket: std::collections::BTreeMap<u16, Vec<&Unshipped>> = Default::default();
         for entry in entries {
-            invocation.arg(&entry.member).arg(&entry.score);
+            by_bucket.entry(entry.bucket).or_default().push(entry);
         }
-        invocation
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
+        let mut dropped = 0;
+        for (bucket, entries) in by_bucket {
+            let mut invocation = self.scripts.unindex.prepare_invoke();
+            invocation.key(self.space.unshipped(bucket));
+            for entry in entries {
+                invocation.arg(&entry.member).arg(&entry.score);
+            }
+            dropped += invocation
+                .invoke_async::<u64>(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(dropped)
     }
 
     /// Takes or keeps the sweeper lease for `holder`; false while another
@@ -254,6 +347,10 @@ impl RedisStore {
     /// (one SCAN, the only walk of the keyspace left). Returns how many it
     /// found; 0 once done.
     pub(crate) async fn backfill_unshipped(&self) -> StoreResult<usize> {
+        // The cluster layout came with the index: nothing predates it.
+        if self.space.is_clustered() {
+            return Ok(0);
+        }
         let mut conn = self.conn.clone();
         let done: bool = conn
             .exists(self.space.backfilled())
@@ -287,7 +384,7 @@ impl RedisStore {
             // Score 0: older than anything, swept first. NX: an entry a
             // commit made keeps its score.
             let mut zadd = redis::cmd("ZADD");
-            zadd.arg(self.space.unshipped()).arg("NX");
+            zadd.arg(self.space.unshipped(0)).arg("NX");
             for member in chunk {
                 zadd.arg(0).arg(member);
             }

@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use baton_testkit::{PostgresServer, RedisServer};
+use baton_testkit::{PostgresServer, RedisCluster, RedisServer};
 
 static POSTGRES: OnceLock<PostgresServer> = OnceLock::new();
 static DATABASES: AtomicU32 = AtomicU32::new(0);
@@ -12,6 +12,43 @@ static DATABASES: AtomicU32 = AtomicU32::new(0);
 pub fn database() -> String {
     let server = POSTGRES.get_or_init(PostgresServer::start);
     server.create_database(&format!("t{}", DATABASES.fetch_add(1, Ordering::SeqCst)))
+}
+
+/// The Redis Cluster (3 masters, a replica each) shared by the tests of
+/// this binary; each test keeps to a store namespace of its own.
+pub fn cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| RedisCluster::start(3, 1))
+}
+
+/// A store namespace no other test of this binary uses.
+pub fn namespace() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("t{}", NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Redis alone, on the shared cluster.
+pub async fn cluster_store() -> ((), baton_session::redis::RedisStore) {
+    let store = baton_session::redis::RedisStore::connect_in(
+        &cluster().url(),
+        baton_session::redis::KeySpace::new(&namespace()),
+    )
+    .await
+    .unwrap();
+    assert!(store.is_cluster());
+    ((), store)
+}
+
+/// Redis with the ledger, on the shared cluster.
+pub async fn cluster_ledgered_store() -> ((), baton_session::redis_ledger::RedisLedgerStore) {
+    let store = baton_session::redis_ledger::RedisLedgerStore::connect_in(
+        &cluster().url(),
+        &database(),
+        &namespace(),
+    )
+    .await
+    .unwrap();
+    ((), store)
 }
 
 pub async fn store() -> (RedisServer, baton_session::redis_ledger::RedisLedgerStore) {

@@ -1,7 +1,8 @@
 //! The contract suite, run against every backend: Redis alone (a real
 //! `redis-server` per test), Redis with the Postgres ledger (plus a database
-//! on a shared Postgres cluster) and the embedded SQLite store (a fresh file
-//! per test).
+//! on a shared Postgres cluster), both again on a Redis Cluster of three
+//! masters with a replica each (shared by the tests, a store namespace
+//! each), and the embedded SQLite store (a fresh file per test).
 
 mod cases;
 #[allow(dead_code)]
@@ -100,6 +101,21 @@ contract_suite!(
     keeps_counters: true
 );
 
+// On a Redis Cluster of 3 masters with a replica each.
+contract_suite!(
+    redis_cluster,
+    crate::ledgered::cluster_store,
+    baton_session::redis::RESULTS_RETAINED,
+    keeps_counters: false
+);
+
+contract_suite!(
+    redis_ledger_cluster,
+    crate::ledgered::cluster_ledgered_store,
+    baton_session::redis::RESULTS_RETAINED,
+    keeps_counters: true
+);
+
 macro_rules! catalog_suite {
     ($backend:ident, $make:path) => {
         mod $backend {
@@ -126,4 +142,8 @@ macro_rules! catalog_suite {
 mod catalog {
     catalog_suite!(sqlite, crate::sqlite_store);
     catalog_suite!(redis_ledger, crate::ledgered::store);
+    catalog_suite!(
+        redis_ledger_cluster,
+        crate::ledgered::cluster_ledgered_store
+    );
 }
