@@ -48,7 +48,7 @@ use crate::model::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, ListQuery,
     MAX_PAGE, ReplicaView, SessionPage, SessionView, TurnRecord,
 };
-use crate::redis::{KeySpace, LeaseRun, OnMissing, RawBegin, RedisStore};
+use crate::redis::{KeySpace, LeaseRun, OnMissing, RawBegin, RawCommit, RedisStore};
 use crate::store::{SessionCatalog, StoreError, StoreResult, TurnStore, WorkspaceRoots};
 use crate::turn_record::now_ms;
 
@@ -188,8 +188,17 @@ impl RedisLedgerStore {
     /// [`sweep`](Self::sweep) is called. For tools and tests that ship by
     /// hand and must know who shipped what; a replica uses [`connect`](Self::connect).
     pub async fn connect_without_shipper(redis_url: &str, database_url: &str) -> StoreResult<Self> {
+        Self::connect_without_shipper_in(redis_url, database_url, "").await
+    }
+
+    /// [`Self::connect_without_shipper`] in the store namespace `namespace`.
+    pub async fn connect_without_shipper_in(
+        redis_url: &str,
+        database_url: &str,
+        namespace: &str,
+    ) -> StoreResult<Self> {
         // Commits' wake-ups go to a closed channel and are dropped.
-        let (store, _woken) = Self::open(redis_url, database_url, "").await?;
+        let (store, _woken) = Self::open(redis_url, database_url, namespace).await?;
         Ok(store)
     }
 
@@ -608,6 +617,30 @@ impl RedisLedgerStore {
         }
     }
 
+    /// A commit whose lease was granted on a state another Redis run
+    /// vouched for (the granting begin went by a stale idea of the run:
+    /// Redis restarted, a master failed over, or the session's slot moved
+    /// to another master): checks the state, still at `version`, against
+    /// the ledger as `begin` would have, and vouches for it in `run` when
+    /// the ledger knows nothing newer. False when it does: the commit is
+    /// LEASE_LOST, and the next begin restores the ledger's copy.
+    async fn vouch_for_commit(
+        &self,
+        key: &SessionKey,
+        version: u64,
+        run: &str,
+    ) -> StoreResult<bool> {
+        self.ship(key).await?;
+        let known = self.ledger.claim(key, run).await?;
+        let newer = known.is_some_and(|known| {
+            known.last_version > version || known.durable.is_some_and(|d| d.version > version)
+        });
+        if newer {
+            return Ok(false);
+        }
+        self.redis.vouch(key, version, run).await
+    }
+
     /// Writes the ledger's idea of the session back into Redis (over the
     /// older state at version `replacing`, if any), or says why it cannot.
     /// `None`: begin again (restored, or somebody changed the state first).
@@ -728,7 +761,22 @@ impl TurnStore for RedisLedgerStore {
     }
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
-        let outcome = self.redis.commit_with(req, LeaseRun::ThisRun).await?;
+        let mut outcome = CommitOutcome::LeaseLost;
+        // Each pass settles one run change under the lease; a state that
+        // keeps moving between runs gets a few more, then LEASE_LOST.
+        for _ in 0..3 {
+            match self.redis.commit_with(req, LeaseRun::ThisRun).await? {
+                RawCommit::Outcome(answer) => {
+                    outcome = answer;
+                    break;
+                }
+                RawCommit::Unverified { version, run } => {
+                    if !self.vouch_for_commit(&req.lease.key, version, &run).await? {
+                        break;
+                    }
+                }
+            }
+        }
         if matches!(outcome, CommitOutcome::Committed { .. }) {
             let _ = self.shipper.oldest_unshipped_ms.compare_exchange(
                 0,

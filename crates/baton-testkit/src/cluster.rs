@@ -17,6 +17,9 @@ pub const NODE_TIMEOUT_MS: u64 = 1000;
 /// One `redis-server` of a [`RedisCluster`].
 pub struct ClusterNode {
     pub port: u16,
+    /// The cluster bus port: set, not the default port + 10000, which
+    /// for a port above 55535 does not exist.
+    bus_port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -25,6 +28,7 @@ impl ClusterNode {
     fn start() -> Self {
         let mut node = Self {
             port: free_port(),
+            bus_port: free_port(),
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
         };
@@ -37,6 +41,10 @@ impl ClusterNode {
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-port", &self.bus_port.to_string()])
+            // The other masters keep serving while one has failed and its
+            // replica is not yet in charge (the default stops them all).
+            .args(["--cluster-require-full-coverage", "no"])
             .args(["--cluster-config-file", "nodes.conf"])
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
             .arg("--dir")

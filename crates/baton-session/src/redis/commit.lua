@@ -13,8 +13,8 @@
 --       11 log TTL ms (longer than the state's: unshipped records must
 --       outlive a Postgres outage; every commit moves it on, so each record
 --       lives that long after its own commit), 12 "this-run" (Redis with a
---       ledger) to refuse a lease granted before Redis (re)started: the
---       state it was granted on was vouched for by another run (begin.lua),
+--       ledger) to answer UNVERIFIED instead of committing on a state
+--       another run vouched for (see below),
 --       13 the record's digest slot (d<turnSeq mod RESULTS_RETAINED>), 14
 --       "<turnSeq>:<input digest>" for it
 -- Each redis.call costs a few microseconds of Lua glue, more than most
@@ -32,11 +32,22 @@ local s = redis.call('HMGET', state, 'version', 'fence', 'owner', 'until', 'lseq
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- The lease must be ours, unexpired, for this very turn (a caller cannot
--- move turnSeq), and granted by this run of Redis when there is a ledger.
-if not s[3] or s[2] ~= ARGV[1] or s[5] ~= ARGV[10] or (tonumber(s[4]) or 0) <= now_ms
-  or (ARGV[12] == 'this-run' and s[6] ~= string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')) then
+-- move turnSeq).
+if not s[3] or s[2] ~= ARGV[1] or s[5] ~= ARGV[10] or (tonumber(s[4]) or 0) <= now_ms then
   redis.call('DEL', staged)
   return {'LEASE_LOST'}
+end
+-- With a ledger, the state must have been vouched for by this run of Redis:
+-- after a restart, a failover or a slot moving to another master it may be
+-- older than the ledger (begin.lua). A caller whose idea of the run was
+-- stale got a grant on it anyway; it is told the version and the run, checks
+-- the state against the ledger and commits again.
+if ARGV[12] == 'this-run' then
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if s[6] ~= run then
+    redis.call('DEL', staged)
+    return {'UNVERIFIED', s[1] or '0', run}
+  end
 end
 
 local version = tonumber(s[1] or 0)

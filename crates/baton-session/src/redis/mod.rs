@@ -158,6 +158,19 @@ pub(crate) enum RawBegin {
     },
 }
 
+/// What `commit.lua` answered.
+pub(crate) enum RawCommit {
+    Outcome(CommitOutcome),
+    /// (This-run mode.) The lease holds, but the state it was granted on
+    /// (now at `version`) was vouched for by another Redis run than `run`,
+    /// the one answering: the caller was granted it on a stale idea of the
+    /// run, and checks it against the ledger before committing again.
+    Unverified {
+        version: u64,
+        run: String,
+    },
+}
+
 /// A `TurnStore` on Redis alone: a session with no state is new. See
 /// [`crate::redis_ledger::RedisLedgerStore`] for Redis with the ledger.
 /// One Redis server or a Redis Cluster (`redis+cluster://`), whichever the
@@ -468,12 +481,13 @@ impl RedisStore {
         }
     }
 
-    /// `commit.lua`; a lease `accepted` refuses is LEASE_LOST.
+    /// `commit.lua`; in this-run mode, a lease on a state another Redis run
+    /// vouched for is [`RawCommit::Unverified`].
     pub(crate) async fn commit_with(
         &self,
         req: &CommitRequest,
         accepted: LeaseRun,
-    ) -> StoreResult<CommitOutcome> {
+    ) -> StoreResult<RawCommit> {
         crate::store::check_commit(req)?;
         let keys = self.space.session(&req.lease.key);
         // Everything the script would otherwise compute in Lua is computed
@@ -535,32 +549,38 @@ impl RedisStore {
             })
             .await?;
         let reply = Reply(reply);
-        match reply.text(0)?.as_str() {
-            "COMMITTED" => Ok(CommitOutcome::Committed {
+        let outcome = match reply.text(0)?.as_str() {
+            "COMMITTED" => CommitOutcome::Committed {
                 version: reply.num(1)?,
-            }),
-            "LEASE_LOST" => {
-                if accepted == LeaseRun::ThisRun {
-                    // Perhaps granted on a stale idea of the Redis run:
-                    // correct it before the client's retry begins again.
-                    let _ = self.refresh_run().await;
-                }
-                Ok(CommitOutcome::LeaseLost)
+            },
+            "LEASE_LOST" => CommitOutcome::LeaseLost,
+            "UNVERIFIED" => {
+                let run = reply.text(2)?;
+                self.run.set(keys.bucket, &run);
+                return Ok(RawCommit::Unverified {
+                    version: reply.num(1)?,
+                    run,
+                });
             }
-            "CONFLICT" => Ok(CommitOutcome::Conflict {
+            "CONFLICT" => CommitOutcome::Conflict {
                 current_version: reply.num(1)?,
-            }),
-            "CORRUPT" => Err(corrupt(format!(
-                "{}: field {} is not a number",
-                req.lease.key,
-                reply.text(1)?
-            ))),
-            "NOT_STAGED" => Err(StoreError::Unavailable(format!(
-                "{}: the staged payload vanished before the commit (Redis restarted?)",
-                req.lease.key
-            ))),
-            other => Err(corrupt(format!("commit answered {other:?}"))),
-        }
+            },
+            "CORRUPT" => {
+                return Err(corrupt(format!(
+                    "{}: field {} is not a number",
+                    req.lease.key,
+                    reply.text(1)?
+                )));
+            }
+            "NOT_STAGED" => {
+                return Err(StoreError::Unavailable(format!(
+                    "{}: the staged payload vanished before the commit (Redis restarted?)",
+                    req.lease.key
+                )));
+            }
+            other => return Err(corrupt(format!("commit answered {other:?}"))),
+        };
+        Ok(RawCommit::Outcome(outcome))
     }
 
     /// `begin.lua`, plus the failover path: a holder whose heartbeat is gone
@@ -700,7 +720,12 @@ impl TurnStore for RedisStore {
     }
 
     async fn commit(&self, req: &CommitRequest) -> StoreResult<CommitOutcome> {
-        self.commit_with(req, LeaseRun::Any).await
+        match self.commit_with(req, LeaseRun::Any).await? {
+            RawCommit::Outcome(outcome) => Ok(outcome),
+            RawCommit::Unverified { .. } => Err(corrupt(
+                "commit answered as if it had a ledger to check against (Redis alone has none)",
+            )),
+        }
     }
 
     async fn abort(&self, lease: &Lease) -> StoreResult<bool> {
