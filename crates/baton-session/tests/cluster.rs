@@ -67,7 +67,7 @@ struct SessionLog {
 
 /// Runs turns on `k` until `stop`: each commits the count of turns so far.
 async fn load(store: RedisLedgerStore, k: SessionKey, stop: Arc<AtomicBool>) -> SessionLog {
-    let me = ReplicaId::new(&format!("loader-{}", k.session)).unwrap();
+    let me = ReplicaId::new(format!("loader-{}", k.session)).unwrap();
     let mut log = SessionLog::default();
     let mut highest = 0;
     let _ = store.heartbeat(&me, cases::LONG).await;
