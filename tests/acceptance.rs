@@ -1,7 +1,8 @@
 //! The acceptance criteria of the second source article and DESIGN.md's
 //! G1–G6 and G9, on live `baton dev` clusters: real replica processes that
 //! are killed (SIGKILL), paused (SIGSTOP) and raced. Every scenario runs on
-//! the embedded stores and on real Redis + Postgres + SeaweedFS.
+//! the embedded stores, on real Redis + Postgres + SeaweedFS, and on the
+//! same with a Redis Cluster (three masters, a replica each) for Redis.
 
 mod support;
 
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 use support::{Cluster, ClusterOptions, Stores, ms_since, serial, signal};
 
 /// Runs each scenario once per store.
-macro_rules! on_both_stores {
+macro_rules! on_every_store {
     ($($scenario:ident),* $(,)?) => {
         mod embedded {
             $(
@@ -33,10 +34,19 @@ macro_rules! on_both_stores {
                 }
             )*
         }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    let _one = super::serial().await;
+                    super::$scenario(super::Stores::RealCluster).await;
+                }
+            )*
+        }
     };
 }
 
-on_both_stores!(
+on_every_store!(
     continuity_across_replicas,
     failover_after_kill_keeps_state_and_files,
     concurrent_turns_have_a_single_writer,

@@ -72,6 +72,7 @@ async fn dashboard_in_a_browser(stores: Stores) {
     let label = match stores {
         Stores::Embedded => "embedded",
         Stores::Real => "real-stores",
+        Stores::RealCluster => "redis-cluster",
     };
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("dashboard-screenshots")

@@ -1,6 +1,7 @@
 //! Live `baton dev` clusters for the acceptance tests: real replica
 //! processes (sidecar + reference agent), on the embedded stores or on real
-//! Redis + Postgres + SeaweedFS started by the test itself.
+//! Redis (one server, or a Redis Cluster of three masters with a replica
+//! each) + Postgres + SeaweedFS started by the test itself.
 #![allow(dead_code)]
 
 pub mod browser;
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use baton_testkit::{PostgresServer, RedisServer, S3Server, free_port, poll_async};
+use baton_testkit::{PostgresServer, RedisCluster, RedisServer, S3Server, free_port, poll_async};
 use serde_json::{Value, json};
 
 /// The acceptance tests run one at a time: each starts several processes,
@@ -31,24 +32,41 @@ pub enum Stores {
     Embedded,
     /// Real Redis, Postgres and SeaweedFS (S3), each started for the test.
     Real,
+    /// As `Real`, on a Redis Cluster of three masters with a replica each
+    /// (`--redis-url redis+cluster://…`).
+    RealCluster,
+}
+
+/// The Redis behind a cluster of real stores.
+enum Redis {
+    Server(RedisServer),
+    Cluster(RedisCluster),
 }
 
 /// Servers behind a `Stores::Real` cluster; dropped with it.
 struct RealStores {
     redis_url: String,
-    _redis: RedisServer,
+    _redis: Redis,
     _postgres: PostgresServer,
     _s3: S3Server,
     args: Vec<String>,
 }
 
-fn real_stores() -> RealStores {
-    let redis = RedisServer::start();
+fn real_stores(cluster: bool) -> RealStores {
+    let redis = if cluster {
+        Redis::Cluster(RedisCluster::start(3, 1))
+    } else {
+        Redis::Server(RedisServer::start())
+    };
+    let redis_url = match &redis {
+        Redis::Server(server) => server.url(),
+        Redis::Cluster(cluster) => cluster.url(),
+    };
     let postgres = PostgresServer::start();
     let database = postgres.create_database("baton");
     let s3 = S3Server::start("baton");
     let args = vec![
-        format!("--redis-url={}", redis.url()),
+        format!("--redis-url={redis_url}"),
         format!("--database-url={database}"),
         format!("--s3-endpoint={}", s3.endpoint()),
         "--s3-bucket=baton".into(),
@@ -59,7 +77,7 @@ fn real_stores() -> RealStores {
         ),
     ];
     RealStores {
-        redis_url: redis.url(),
+        redis_url,
         _redis: redis,
         _postgres: postgres,
         _s3: s3,
@@ -172,7 +190,11 @@ impl Cluster {
     }
 
     pub async fn start_with(options: ClusterOptions) -> Self {
-        let real = (options.stores == Stores::Real).then(real_stores);
+        let real = match options.stores {
+            Stores::Embedded => None,
+            Stores::Real => Some(real_stores(false)),
+            Stores::RealCluster => Some(real_stores(true)),
+        };
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("dev.log")).expect("log file");
