@@ -126,10 +126,20 @@ struct Answer {
 }
 
 async fn send(router: &axum::Router, request: Request<Body>) -> Answer {
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let what = format!("{} {}", request.method(), request.uri());
+    // A page that never finishes fails here, naming itself, instead of
+    // holding the test binary until an outer limit.
+    let answer = tokio::time::timeout(Duration::from_secs(30), async {
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, body)
+    })
+    .await;
+    let Ok((status, headers, body)) = answer else {
+        panic!("{what}: no whole answer within 30 s");
+    };
     Answer {
         status,
         headers,

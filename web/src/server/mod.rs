@@ -122,6 +122,18 @@ pub async fn viewer() -> Result<crate::model::Viewer, ServerFnError> {
         .ok_or_else(|| ServerFnError::new("sign in first"))
 }
 
+/// The dashboard's routes, generated once per process. Generating them
+/// runs the app with resource loading suppressed process-wide (a global
+/// flag in leptos_server): a page whose resources first load on another
+/// thread meanwhile waits forever (leptos-rs/leptos#4773). A process that
+/// builds several routers (the tests: one per dashboard) must not do it
+/// twice.
+fn route_list() -> Vec<leptos_axum::AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<leptos_axum::AxumRouteListing>> =
+        std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+}
+
 /// Every path of the dashboard, under `/dashboard`, so it can share a
 /// listener with other routes (`baton dev`'s front door).
 pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
@@ -129,7 +141,7 @@ pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
         .output_name("baton-web")
         .site_pkg_dir("dashboard/pkg")
         .build();
-    let routes = generate_route_list(App);
+    let routes = route_list();
     let context = dashboard.clone();
     let pages = axum::Router::new()
         .leptos_routes_with_context(
