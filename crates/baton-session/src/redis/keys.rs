@@ -178,6 +178,12 @@ impl KeySpace {
         }
     }
 
+    /// On a cluster, the copy of a replica's heartbeat kept in bucket
+    /// `home` (one per master: see `RedisStore::is_alive`).
+    pub(super) fn heartbeat_copy(&self, home: u16, replica: &str) -> String {
+        self.in_bucket(home, &format!("hb:{replica}"))
+    }
+
     /// What a replica says of itself, beside its heartbeat key (with the
     /// same TTL): a key of its own, so builds that read heartbeat keys as
     /// numbers still do.

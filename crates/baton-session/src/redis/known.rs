@@ -40,7 +40,7 @@
 use futures::{StreamExt as _, TryStreamExt as _};
 use redis::AsyncCommands;
 
-use super::{KeySpace, RedisStore, corrupt, parse_error, run_id, unavailable};
+use super::{KeySpace, RedisStore, corrupt, run_id, unavailable};
 use crate::ids::SessionKey;
 use crate::store::{StoreError, StoreResult};
 
@@ -111,18 +111,11 @@ impl RedisStore {
                 .ok_or_else(|| {
                     StoreError::Unavailable("a cluster slot has no master that answers".into())
                 })?;
-            // INFO goes to every master; any that may evict decides.
-            let memory: redis::Value = redis::cmd("INFO")
-                .arg("memory")
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(unavailable)?;
-            let redis::Value::Map(answers) = memory else {
-                return Err(corrupt(format!("INFO on a cluster answered {memory:?}")));
-            };
+            // Every master that answers; any that may evict decides.
             let mut policy = None;
-            for (_, answer) in &answers {
-                let text: String = redis::from_redis_value_ref(answer).map_err(parse_error)?;
+            for (_, text) in
+                super::runs::info_of_every_master(&self.conn, &topology, "memory").await
+            {
                 let this = eviction_policy(&text)?;
                 if policy.is_none() || this.starts_with("allkeys") {
                     policy = Some(this);

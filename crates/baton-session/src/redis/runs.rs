@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use redis::Value;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::conn::Conn;
 use super::slots::{SLOTS, slot_of_bucket};
@@ -21,24 +22,34 @@ use crate::store::StoreResult;
 /// decide whether a state needs checking against the ledger, while
 /// `commit.lua` asks Redis itself, so a stale hint can waste a turn, never
 /// let one commit on an older state.
+///
+/// On a cluster it also keeps each bucket's *home*: the first bucket its
+/// master serves, where replicas keep a copy of their heartbeat for that
+/// master (see `RedisStore::is_alive`).
 #[derive(Debug)]
-pub(super) struct RunView(RwLock<Vec<Arc<str>>>);
+pub(super) struct RunView {
+    runs: RwLock<Vec<Arc<str>>>,
+    homes: RwLock<Vec<u16>>,
+}
 
 impl RunView {
     pub fn new(buckets: u16) -> Self {
-        Self(RwLock::new(vec![Arc::from(""); usize::from(buckets)]))
+        Self {
+            runs: RwLock::new(vec![Arc::from(""); usize::from(buckets)]),
+            homes: RwLock::new((0..buckets).collect()),
+        }
     }
 
     /// Read on every begin: a reference count, not a copy of the id.
     pub fn get(&self, bucket: u16) -> Arc<str> {
-        let runs = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let runs = self.runs.read().unwrap_or_else(|p| p.into_inner());
         runs.get(usize::from(bucket))
             .cloned()
             .unwrap_or_else(|| Arc::from(""))
     }
 
     pub fn set(&self, bucket: u16, run: &str) {
-        let mut runs = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let mut runs = self.runs.write().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = runs.get_mut(usize::from(bucket))
             && **slot != *run
         {
@@ -46,14 +57,35 @@ impl RunView {
         }
     }
 
-    /// Every bucket at once, from `run_of_bucket`.
-    pub fn set_all(&self, run_of_bucket: impl Fn(u16) -> Option<Arc<str>>) {
-        let mut runs = self.0.write().unwrap_or_else(|p| p.into_inner());
+    /// Every bucket's run and home, from a cluster's topology.
+    pub fn set_topology(&self, topology: &Topology) {
+        let buckets = self.homes.read().unwrap_or_else(|p| p.into_inner()).len();
+        let homes = topology.homes(buckets);
+        let mut runs = self.runs.write().unwrap_or_else(|p| p.into_inner());
         for (bucket, slot) in runs.iter_mut().enumerate() {
-            if let Some(run) = u16::try_from(bucket).ok().and_then(&run_of_bucket) {
+            if let Some(run) = u16::try_from(bucket)
+                .ok()
+                .and_then(|b| topology.run_of_bucket(b))
+            {
                 *slot = run;
             }
         }
+        drop(runs);
+        *self.homes.write().unwrap_or_else(|p| p.into_inner()) = homes;
+    }
+
+    /// The home bucket of `bucket`'s master.
+    pub fn home(&self, bucket: u16) -> u16 {
+        let homes = self.homes.read().unwrap_or_else(|p| p.into_inner());
+        homes.get(usize::from(bucket)).copied().unwrap_or(bucket)
+    }
+
+    /// Every master's home bucket.
+    pub fn homes(&self) -> Vec<u16> {
+        let mut homes = self.homes.read().unwrap_or_else(|p| p.into_inner()).clone();
+        homes.sort_unstable();
+        homes.dedup();
+        homes
     }
 }
 
@@ -80,45 +112,93 @@ impl Topology {
             .get(self.master_of(slot_of_bucket(bucket))?)
             .cloned()
     }
+
+    /// For each of `buckets` buckets, the first bucket served by the same
+    /// master (itself when no master serves it).
+    fn homes(&self, buckets: usize) -> Vec<u16> {
+        let mut first_of: HashMap<&str, u16> = HashMap::new();
+        (0..buckets)
+            .map(|b| {
+                let bucket = u16::try_from(b).unwrap_or_default();
+                match self.master_of(slot_of_bucket(bucket)) {
+                    Some(master) => *first_of.entry(master).or_insert(bucket),
+                    None => bucket,
+                }
+            })
+            .collect()
+    }
 }
 
 /// Reads the cluster's slot map (`CLUSTER SLOTS`: every Redis since 3.0
 /// and the managed ones answer it) and every master's run (`INFO server`,
 /// which the cluster client sends to all masters), in two round trips.
 pub(super) async fn read_topology(conn: &Conn) -> StoreResult<Topology> {
-    let mut conn = conn.clone();
+    let Conn::Cluster(cluster) = conn else {
+        return Err(corrupt("a cluster topology asked of a single server"));
+    };
     let slots: Value = redis::cmd("CLUSTER")
         .arg("SLOTS")
-        .query_async(&mut conn)
-        .await
-        .map_err(unavailable)?;
-    let infos: Value = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
+        .query_async(&mut cluster.clone())
         .await
         .map_err(unavailable)?;
     let mut topology = Topology {
         ranges: parse_slots(&slots)?,
         ..Topology::default()
     };
-    let Value::Map(infos) = infos else {
-        return Err(corrupt(format!("INFO on a cluster answered {infos:?}")));
-    };
-    for (addr, info) in &infos {
-        // A master that failed to answer is left out: its buckets keep
-        // their last hint until the next refresh.
-        let (Ok(addr), Ok(info)) = (
-            redis::from_redis_value_ref::<String>(addr),
-            redis::from_redis_value_ref::<String>(info),
-        ) else {
-            continue;
-        };
-        if let Ok(run) = run_id(&info) {
+    for (addr, text) in info_of_every_master(conn, &topology, "server").await {
+        if let Ok(run) = run_id(&text) {
             topology.runs.insert(addr, run.into());
         }
     }
     Ok(topology)
 }
+
+/// `INFO <section>` of every master `topology` names, by address, each
+/// with a deadline of its own: a master that is down (its replica not yet
+/// in charge) is left out, and holds up neither the others nor the client
+/// (a fan-out to every master would wait for the slowest).
+pub(super) async fn info_of_every_master(
+    conn: &Conn,
+    topology: &Topology,
+    section: &str,
+) -> Vec<(String, String)> {
+    let Conn::Cluster(cluster) = conn else {
+        return Vec::new();
+    };
+    let mut masters: Vec<String> = topology.ranges.iter().map(|(_, _, a)| a.clone()).collect();
+    masters.sort();
+    masters.dedup();
+    let reads: Vec<_> = masters
+        .into_iter()
+        .filter_map(|addr| {
+            let (host, port) = addr.rsplit_once(':')?;
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.to_owned(),
+                port: port.parse().ok()?,
+            });
+            let mut cluster = cluster.clone();
+            let mut info = redis::cmd("INFO");
+            info.arg(section);
+            Some(async move {
+                let answer =
+                    tokio::time::timeout(MASTER_DEADLINE, cluster.route_command(info, routing))
+                        .await;
+                (addr, answer)
+            })
+        })
+        .collect();
+    futures::future::join_all(reads)
+        .await
+        .into_iter()
+        .filter_map(|(addr, answer)| {
+            let value = answer.ok()?.ok()?;
+            Some((addr, redis::from_redis_value_ref::<String>(&value).ok()?))
+        })
+        .collect()
+}
+
+/// How long one master gets to say its run.
+const MASTER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `CLUSTER SLOTS`: `[[first, last, [host, port, id, ...], replicas...], ...]`.
 fn parse_slots(value: &Value) -> StoreResult<Vec<(u16, u16, String)>> {
