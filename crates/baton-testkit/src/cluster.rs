@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::{free_port, on_process_exit, redis_ping, wait_until};
+use crate::{free_port, start_redis_server, wait_until};
 
 /// How long a node may be unreachable before the others call it failed:
 /// short, so failovers in tests take a few seconds, not fifteen.
@@ -37,8 +37,8 @@ impl ClusterNode {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let mut command = Command::new("redis-server");
+        command
             .args(["--save", "", "--appendonly", "no"])
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-port", &self.bus_port.to_string()])
@@ -48,23 +48,8 @@ impl ClusterNode {
             .args(["--cluster-config-file", "nodes.conf"])
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
             .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (apt-get install redis-server)");
-        let pid = child.id();
-        on_process_exit(
-            &format!("grep -qx redis-server /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"),
-            Some(pid),
-        );
-        self.child = Some(child);
-        let port = self.port;
-        wait_until(
-            Duration::from_secs(10),
-            "a cluster node to answer PING",
-            || redis_ping(port),
-        );
+            .arg(self.dir.path());
+        self.child = Some(start_redis_server(command, self.port, "a cluster node"));
     }
 
     pub fn address(&self) -> String {
@@ -156,10 +141,12 @@ impl RedisCluster {
     fn assemble(&self, masters: usize, replicas_per_master: usize) {
         let first = &self.nodes[0];
         for node in &self.nodes[1..] {
+            // The bus port too: it is not the default port + 10000 here.
             let () = redis::cmd("CLUSTER")
                 .arg("MEET")
                 .arg("127.0.0.1")
                 .arg(first.port)
+                .arg(first.bus_port)
                 .query(&mut self.connection(node.port))
                 .expect("CLUSTER MEET");
         }

@@ -86,35 +86,14 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--save", ""])
             .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
             .args(["--appendfsync", "everysec"])
             .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (apt-get install redis-server)");
-        let pid = child.id();
-        on_process_exit(
-            &format!("grep -qx redis-server /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"),
-            Some(pid),
-        );
-        self.child = Some(child);
-        let port = self.port;
-        wait_until(
-            Duration::from_secs(10),
-            "redis-server to answer PING",
-            || redis_ping(port),
-        );
+            .arg(self.dir.path());
+        self.child = Some(start_redis_server(command, self.port, "redis-server"));
     }
 
     /// Kills the server (SIGKILL) and starts it again on the same port: with
@@ -148,6 +127,29 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Starts `command` (a `redis-server` with its settings) on loopback port
+/// `port`, kills it once this test process has exited, and waits until it
+/// answers PING; `what` names it if it does not.
+fn start_redis_server(mut command: Command, port: u16, what: &str) -> Child {
+    let child = command
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server runs (apt-get install redis-server)");
+    let pid = child.id();
+    on_process_exit(
+        &format!("grep -qx redis-server /proc/{pid}/comm 2>/dev/null && kill -9 {pid}"),
+        Some(pid),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{what} to answer PING"),
+        || redis_ping(port),
+    );
+    child
 }
 
 fn redis_ping(port: u16) -> bool {
