@@ -122,6 +122,91 @@ async fn one_leader_applies_and_a_standby_takes_over_within_a_lease_after_kill_9
     assert!(took < LEASE + Duration::from_secs(5), "took {took:?}");
 }
 
+/// A leader paused past its renewal deadline (SIGSTOP stands for a frozen
+/// VM, a long stall, a partition from the API server) wakes with watch
+/// events queued while the Lease belongs to another. Here the standby took
+/// the Lease and is paused in turn, so its Lease is still valid and nobody
+/// reconciles the change made meanwhile: the woken leader must not either.
+/// Its writes are refused before they reach the API server, and it stops
+/// (its restart rejoins as a standby). The change waits for the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_writes_nothing_when_it_wakes_while_another_holds_the_lease() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = control_plane();
+    let client = cp.admin_client().await;
+    let home = namespace(&client, "baton-system").await;
+    let ns = namespace(&client, "paused").await;
+
+    let mut first = cluster_operator(cp, &home, "operator-e", None);
+    wait_leader(&first).await;
+    let second = cluster_operator(cp, &home, "operator-f", None);
+    apply_yaml(cp, &ns, &example("minimal.yaml"));
+    wait_for_agd(
+        &client,
+        &ns,
+        "support-bot",
+        "the leader to reconcile",
+        |a| observed_current(a) && condition(a, "Ready").is_some(),
+    )
+    .await;
+    let writes_before_pause = first.writes().await;
+    assert!(writes_before_pause > 0.0, "the leader applied the example");
+
+    baton_testkit::send_signal(first.pid(), "STOP");
+    let paused = Instant::now();
+    wait_leader(&second).await;
+    eprintln!(
+        "a paused leader was replaced in {} ms",
+        paused.elapsed().as_millis()
+    );
+    baton_testkit::send_signal(second.pid(), "STOP");
+    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), &ns);
+    api.patch(
+        "support-bot",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+
+    baton_testkit::send_signal(first.pid(), "CONT");
+    let status = first.wait_exit(Duration::from_secs(30));
+    baton_testkit::send_signal(second.pid(), "CONT");
+    let status = status.expect("the woken leader stops");
+    assert!(
+        !status.success(),
+        "a leader that lost its Lease exits non-zero"
+    );
+    let log = first.log_text();
+    let stopped = log
+        .lines()
+        .find(|l| l.contains("stopping") && l.contains("writes="))
+        .unwrap_or_else(|| panic!("no line says why the leader stopped:\n{log}"));
+    let writes: f64 = stopped
+        .split("writes=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no write count in {stopped:?}"));
+    assert_eq!(
+        writes, writes_before_pause,
+        "the woken leader wrote to the API while another held the Lease: {stopped}"
+    );
+    // The holder, woken, reconciles the change.
+    wait_for_agd(
+        &client,
+        &ns,
+        "support-bot",
+        "the Lease holder to reconcile the change",
+        |a| observed_current(a) && a.status.as_ref().is_some_and(|s| s.replicas == 3),
+    )
+    .await;
+    assert_eq!(
+        lease_holder(&client, &home).await.as_deref(),
+        Some("operator-f")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_stops_cleanly_releases_the_lease_at_once() {
     let _one = ONE_AT_A_TIME.lock().await;

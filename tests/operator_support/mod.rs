@@ -253,6 +253,20 @@ impl Operator {
             .is_some_and(|m| m.lines().any(|l| l == "baton_operator_leader 1"))
     }
 
+    /// Waits for the process to exit by itself; None if it still runs
+    /// after `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        let child = self.child.as_mut()?;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(POLL);
+        }
+        None
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

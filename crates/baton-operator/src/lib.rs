@@ -14,7 +14,7 @@ pub mod apply;
 pub mod caches;
 pub mod children;
 mod http;
-mod leader;
+pub mod leader;
 pub mod metrics;
 pub mod rbac;
 pub mod reconcile;
@@ -42,6 +42,7 @@ use kube::{Client, ResourceExt};
 use tracing::info;
 
 use crate::caches::Scope;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::reconcile::Context;
 
@@ -159,21 +160,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(version = %version.git_version, %identity, "connected to the API server");
     health.ready.store(true, Ordering::Relaxed);
 
-    let controller = run_controller(client.clone(), &args, identity.clone(), metrics.clone());
     if !args.leader_elect {
         metrics.leader.set(1);
+        let controller = run_controller(
+            client.clone(),
+            &args,
+            identity.clone(),
+            metrics.clone(),
+            Leadership::unconditional(),
+        );
         return tokio::select! {
             result = controller => result,
             () = shutdown_signal() => Ok(()),
         };
     }
     leader::lead(
-        client,
+        client.clone(),
         &args.leader_election_namespace,
         &args.leader_election_id,
         &identity,
         &metrics,
-        controller,
+        |leadership| run_controller(client, &args, identity.clone(), metrics.clone(), leadership),
     )
     .await
 }
@@ -193,6 +200,7 @@ async fn run_controller(
     args: &RunArgs,
     identity: String,
     metrics: Arc<Metrics>,
+    leadership: Leadership,
 ) -> anyhow::Result<()> {
     let scope = match &args.namespace {
         Some(ns) => Scope::Namespace(ns.clone()),
@@ -217,6 +225,7 @@ async fn run_controller(
         verified: Default::default(),
         failures: Default::default(),
         sidecars: Default::default(),
+        leadership,
     });
     info!(scope = ?scope, "reconciling AgentDeployments");
     Controller::new(resources, watcher::Config::default().any_semantic())

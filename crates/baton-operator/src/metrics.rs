@@ -1,6 +1,6 @@
 //! The operator's Prometheus metrics.
 
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -31,6 +31,10 @@ pub struct Metrics {
     pub reconciles: Family<ResultLabel, Counter>,
     pub reconcile_seconds: Histogram,
     pub api_writes: Family<WriteLabel, Counter>,
+    /// Every write of `api_writes`, summed (for the log line of a leader
+    /// that stops).
+    writes_total: AtomicU64,
+    pub refused_writes: Counter,
     pub leader: Gauge<i64, AtomicI64>,
     pub watched: Family<KindLabel, Gauge<i64, AtomicI64>>,
 }
@@ -52,6 +56,12 @@ impl Default for Metrics {
             "Write requests sent to the API server, by verb",
             api_writes.clone(),
         );
+        let refused_writes = Counter::default();
+        registry.register(
+            "refused_writes",
+            "Writes not sent: this instance was no longer the leader within its renewal deadline",
+            refused_writes.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -69,6 +79,8 @@ impl Default for Metrics {
             reconciles,
             reconcile_seconds,
             api_writes,
+            writes_total: AtomicU64::new(0),
+            refused_writes,
             leader,
             watched,
         }
@@ -78,6 +90,12 @@ impl Default for Metrics {
 impl Metrics {
     pub fn write(&self, verb: &'static str) {
         self.api_writes.get_or_create(&WriteLabel { verb }).inc();
+        self.writes_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes sent since the start, every verb.
+    pub fn writes(&self) -> u64 {
+        self.writes_total.load(Ordering::Relaxed)
     }
 
     pub fn encode(&self) -> String {

@@ -25,11 +25,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use crate::apply;
 use crate::caches::Caches;
 use crate::children::{self, ChildKey, Verified};
+use crate::leader::Leadership;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::rollout::{self, DrainProbe, Plan, ReplicaPod};
 use crate::rollout_io::{self, Sidecars};
@@ -57,6 +58,29 @@ pub struct Context {
     pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<AgentDeployment>>, u32>>,
     /// Calls the sidecars' admin API (drain, handover) during a rollout.
     pub sidecars: Sidecars,
+    /// Whether this instance may write (the leader, within its deadline).
+    pub leadership: Leadership,
+}
+
+impl Context {
+    /// Every write to the API server (and every drain of a pod) asks here
+    /// first: only a leader within its renewal deadline writes. Counted.
+    pub fn write(&self, verb: &'static str) -> Result<(), Error> {
+        self.leading(verb)?;
+        self.metrics.write(verb);
+        Ok(())
+    }
+
+    /// The leadership check alone, for acts that are not API writes
+    /// (asking a sidecar to drain again).
+    pub fn leading(&self, what: &'static str) -> Result<(), Error> {
+        if self.leadership.may_write() {
+            return Ok(());
+        }
+        self.metrics.refused_writes.inc();
+        warn!(what, "not the leader within its renewal deadline: refused");
+        Err(Error::NotLeader)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +102,8 @@ pub enum Error {
         .0.join(", ")
     )]
     WatchNotReady(Vec<&'static str>),
+    #[error("this instance is not the leader within its renewal deadline")]
+    NotLeader,
 }
 
 /// The status time: whole seconds, as the API server stores it, so that a
@@ -155,15 +181,27 @@ pub fn error_policy(
     Action::requeue(delay)
 }
 
+/// Every log line of a reconcile names its resource and generation. (The
+/// span is attached to the future, not entered: a guard held across an
+/// await would tag other reconciles' lines on the same thread.)
 async fn reconcile_resource(
     agd: &AgentDeployment,
     ctx: &Context,
 ) -> Result<(Action, &'static str), Error> {
+    let span = tracing::info_span!(
+        "reconcile",
+        namespace = %agd.namespace().unwrap_or_default(),
+        name = %agd.name_any(),
+        generation = agd.metadata.generation
+    );
+    reconcile_steps(agd, ctx).instrument(span).await
+}
+
+async fn reconcile_steps(
+    agd: &AgentDeployment,
+    ctx: &Context,
+) -> Result<(Action, &'static str), Error> {
     let namespace = agd.namespace().unwrap_or_default();
-    let name = agd.name_any();
-    let span =
-        tracing::info_span!("reconcile", %namespace, %name, generation = agd.metadata.generation);
-    let _entered = span.enter();
     if agd.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the children through their owner references.
         return Ok((Action::await_change(), "unchanged"));
@@ -227,7 +265,7 @@ async fn reconcile_resource(
         ) {
             continue;
         }
-        ctx.metrics.write("apply");
+        ctx.write("apply")?;
         match apply::apply(&ctx.client, &namespace, &object).await {
             Ok(applied) => {
                 ctx.verified.lock().expect("verified lock").record(&applied);
@@ -252,7 +290,7 @@ async fn reconcile_resource(
         &desired_keys,
     );
     for key in &prune {
-        ctx.metrics.write("delete");
+        ctx.write("delete")?;
         if let Err(source) = apply::delete(&ctx.client, &namespace, key).await {
             let error = Error::Prune {
                 child: key.clone(),
@@ -406,10 +444,11 @@ async fn run_rollout(
     let find = |name: &str| rollout.pods.iter().find(|p| p.pod.name == name);
     let mut last_step = None;
     for pod in plan.redrain.iter().filter_map(|n| find(n)) {
+        ctx.leading("drain")?;
         rollout_io::drain_again(&ctx.sidecars, pod, token).await;
     }
     for pod in plan.drain.iter().filter_map(|n| find(n)) {
-        ctx.metrics.write("pod");
+        ctx.write("pod")?;
         let in_flight = rollout_io::start_drain(
             &ctx.client,
             &ctx.sidecars,
@@ -484,7 +523,7 @@ async fn run_rollout(
             drained.clone(),
         )
         .await;
-        ctx.metrics.write("pod");
+        ctx.write("pod")?;
         rollout_io::delete_pod(&ctx.client, &namespace, &pod.pod).await?;
         let deleted = format!(
             "deleted {}; the StatefulSet brings it back at revision {update}",
@@ -767,7 +806,7 @@ async fn write_status(
     }
     let api: Api<AgentDeployment> =
         Api::namespaced(ctx.client.clone(), &agd.namespace().unwrap_or_default());
-    ctx.metrics.write("status");
+    ctx.write("status")?;
     api.patch_status(
         &agd.name_any(),
         &PatchParams::default(),
@@ -831,10 +870,9 @@ async fn report_problem(
     // Best effort: the reconcile error is what drives the retry.
     let previous = agd.status.as_ref();
     let new = status::compute(&observed, previous, &now());
-    if previous != Some(&new) {
+    if previous != Some(&new) && ctx.write("status").is_ok() {
         let api: Api<AgentDeployment> =
             Api::namespaced(ctx.client.clone(), &agd.namespace().unwrap_or_default());
-        ctx.metrics.write("status");
         let _ = api
             .patch_status(
                 &agd.name_any(),
@@ -884,7 +922,9 @@ async fn publish_about(
         action: action.to_owned(),
         secondary,
     };
-    ctx.metrics.write("event");
+    if ctx.write("event").is_err() {
+        return;
+    }
     if let Err(error) = ctx.recorder.publish(&event, &agd.object_ref(&())).await {
         warn!("could not publish event {reason}: {error}");
     }
@@ -933,11 +973,11 @@ async fn report_malformed(
             action: "Validate".to_owned(),
             secondary: None,
         };
-        ctx.metrics.write("event");
+        ctx.write("event")?;
         if let Err(error) = ctx.recorder.publish(&event, &reference).await {
             warn!("could not publish event: {error}");
         }
-        ctx.metrics.write("status");
+        ctx.write("status")?;
         let patch = serde_json::json!({ "status": { "observedGeneration": meta.generation, "conditions": new.conditions } });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;

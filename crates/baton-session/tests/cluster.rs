@@ -328,6 +328,10 @@ async fn an_uncontended_turn_is_two_round_trips_on_one_master() {
 #[ignore = "the redis-rs cluster client sometimes stops answering after a master is killed (issue 17)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_load_fails_over_and_loses_no_acknowledged_turn() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let mut cluster = RedisCluster::start(3, 1);
     let database = ledgered::database();
     let store = RedisLedgerStore::connect(&cluster.url(), &database)

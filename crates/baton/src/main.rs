@@ -225,8 +225,10 @@ fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> 
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour only on a terminal: a log file or a pipe gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if std::env::var("BATON_LOG_FORMAT").is_ok_and(|f| f == "json") {
         builder.json().init();
