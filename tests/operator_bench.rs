@@ -5,8 +5,8 @@
 //! - the control plane's own start time (etcd, kube-apiserver,
 //!   kube-controller-manager ready) and the CRD's install;
 //! - N AgentDeployments (the `minimal` example under N names, one
-//!   namespace) applied at once with one `kubectl apply`: the apply alone
-//!   is the baseline (the API server storing N objects), then the time
+//!   namespace) created at once, every request in flight together: that
+//!   alone is the baseline (the API server storing N objects), then the time
 //!   until every resource's status is written for its generation and every
 //!   child exists;
 //! - the operator's API writes for that, its CPU time and its RSS (current
@@ -60,12 +60,30 @@ fn cpu_seconds(pid: u32) -> f64 {
     (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / TICKS
 }
 
-fn manifests(n: usize) -> String {
+/// The `minimal` example under N names.
+fn manifests(n: usize) -> Vec<AgentDeployment> {
     let minimal = example("minimal.yaml");
     (0..n)
-        .map(|i| minimal.replace("name: support-bot", &format!("name: bot-{i:03}")))
-        .collect::<Vec<_>>()
-        .join("\n---\n")
+        .map(|i| {
+            let yaml = minimal.replace("name: support-bot", &format!("name: bot-{i:03}"));
+            serde_yaml::from_str(&yaml).expect("the minimal example reads as an AgentDeployment")
+        })
+        .collect()
+}
+
+/// Creates every resource at once: one request each, all in flight
+/// together (as a GitOps controller or `kubectl apply` in parallel would;
+/// a single `kubectl apply` sends them one by one, which measures kubectl).
+async fn create_all(api: &Api<AgentDeployment>, resources: Vec<AgentDeployment>) {
+    let created = futures::future::join_all(
+        resources
+            .iter()
+            .map(|agd| api.create(&kube::api::PostParams::default(), agd)),
+    )
+    .await;
+    for result in created {
+        result.expect("an AgentDeployment is stored");
+    }
 }
 
 #[test]
@@ -99,12 +117,12 @@ fn operator_at_scale() {
         let writes_before = operator.writes().await;
         let cpu_before = cpu_seconds(operator.pid());
 
-        let yaml = manifests(n);
+        let resources = manifests(n);
+        let agds: Api<AgentDeployment> = Api::namespaced(client.clone(), &ns);
         let applying = Instant::now();
-        apply_yaml(cp, &ns, &yaml);
+        create_all(&agds, resources).await;
         let applied = applying.elapsed();
 
-        let agds: Api<AgentDeployment> = Api::namespaced(client.clone(), &ns);
         let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
         // Every resource has its status for its generation, and every
         // child StatefulSet (replicas, Redis, Postgres, MinIO) exists.
