@@ -5,6 +5,8 @@
 #
 #   WORK, PIDS (add background pids), REDIS_PORT, PG_PORT, DATABASE_URL
 #   free_port, wait_http URL [tries], start_agent BATON → AGENT_PORT
+#   start_redis_cluster MASTERS → CLUSTER_PORTS, CLUSTER_URL (no replicas)
+#   redis_pids → the pids of every Redis server started here
 
 PG_BIN=${PG_BIN:-${BATON_PG_BIN:-/usr/lib/postgresql/15/bin}}
 WORK=$(mktemp -d)
@@ -12,7 +14,7 @@ chmod 755 "$WORK"
 PIDS=()
 cleanup() {
     for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    redis-cli -p "${REDIS_PORT:-0}" shutdown nosave >/dev/null 2>&1 || true
+    for port in ${REDIS_PORT:-} ${CLUSTER_PORTS:-}; do redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; done
     runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
@@ -41,4 +43,47 @@ start_agent() { # baton binary: the reference agent at echo speed
     "$1" agent --listen "127.0.0.1:$AGENT_PORT" --no-notes >"$WORK/agent.log" 2>&1 &
     PIDS+=($!)
     wait_http "http://127.0.0.1:$AGENT_PORT/healthz"
+}
+
+# A Redis Cluster of MASTERS masters and no replicas on loopback, assembled
+# by hand (`redis-cli --cluster create` refuses fewer than three masters):
+# slots split evenly, every node met. Settings as the tests have them.
+CLUSTER_PORTS=""
+start_redis_cluster() { # masters
+    local masters=$1 i port bus first per start end
+    CLUSTER_PORTS=""
+    for i in $(seq 1 "$masters"); do
+        port=$(free_port) bus=$(free_port)
+        mkdir -p "$WORK/cluster-$port"
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK/cluster-$port" \
+            --cluster-enabled yes --cluster-port "$bus" --cluster-config-file nodes.conf \
+            --cluster-require-full-coverage no --cluster-node-timeout 1000 \
+            --daemonize yes --pidfile "$WORK/cluster-$port/pid" >/dev/null
+        CLUSTER_PORTS="$CLUSTER_PORTS $port"
+        [ -z "${first:-}" ] && first=$port && first_bus=$bus
+    done
+    for _ in $(seq 1 50); do redis-cli -p "$first" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    per=$((16384 / masters)) i=0
+    for port in $CLUSTER_PORTS; do
+        for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+        [ "$port" != "$first" ] && redis-cli -p "$port" cluster meet 127.0.0.1 "$first" "$first_bus" >/dev/null
+        start=$((i * per)) end=$(((i + 1) * per - 1))
+        [ $((i + 1)) -eq "$masters" ] && end=16383
+        redis-cli -p "$port" cluster addslotsrange "$start" "$end" >/dev/null
+        i=$((i + 1))
+    done
+    for port in $CLUSTER_PORTS; do
+        for _ in $(seq 1 300); do
+            redis-cli -p "$port" cluster info | grep -q '^cluster_state:ok' &&
+                [ "$(redis-cli -p "$port" cluster info | tr -d '\r' | sed -n 's/^cluster_known_nodes://p')" = "$masters" ] && break
+            sleep 0.1
+        done
+    done
+    CLUSTER_URL="redis+cluster://$(echo $CLUSTER_PORTS | sed 's/\([0-9]*\)/127.0.0.1:\1/g; s/ /,/g')/"
+}
+
+redis_pids() {
+    local port
+    [ -n "${REDIS_PORT:-}" ] && cat "$WORK/redis/pid"
+    for port in ${CLUSTER_PORTS:-}; do cat "$WORK/cluster-$port/pid"; done
 }

@@ -1,5 +1,5 @@
-//! The acceptance criteria of the second source article and DESIGN.md's
-//! G1–G6 and G9, on live `baton dev` clusters: real replica processes that
+//! The acceptance criteria of the project and the guarantees G1–G6 and G9
+//! (docs/design.md), on live `baton dev` clusters: real replica processes that
 //! are killed (SIGKILL), paused (SIGSTOP) and raced. Every scenario runs on
 //! the embedded stores, on real Redis + Postgres + SeaweedFS, and on the
 //! same with a Redis Cluster (three masters, a replica each) for Redis.

@@ -201,10 +201,8 @@ fn default_render_is_valid_and_hardened() {
 
 #[test]
 fn namespaced_render_grants_roles_in_the_watched_namespace_only() {
-    let yaml = render(&[
-        "operator.watchNamespace=agents",
-        "dashboard.watchNamespace=agents",
-    ]);
+    // The dashboard follows the operator's namespace unless told otherwise.
+    let yaml = render(&["operator.watchNamespace=agents"]);
     validate("namespaced", &yaml);
     let docs = documents(&yaml);
     assert!(
@@ -231,6 +229,30 @@ fn namespaced_render_grants_roles_in_the_watched_namespace_only() {
     assert_eq!(env_of(container, "BATON_WATCH_NAMESPACE"), Some("agents"));
     let dashboard = find(&docs, "Role", "baton-dashboard").expect("dashboard Role");
     assert_eq!(dashboard["metadata"]["namespace"].as_str(), Some("agents"));
+}
+
+#[test]
+fn dashboard_on_external_stores_reads_them_from_a_secret() {
+    let yaml = render(&["dashboard.stores.existingSecret=support-bot-stores"]);
+    validate("dashboard-external-stores", &yaml);
+    let docs = documents(&yaml);
+    let dashboard = find(&docs, "Deployment", "baton-dashboard").expect("dashboard");
+    let container = &dashboard["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["envFrom"][0]["secretRef"]["name"].as_str(),
+        Some("support-bot-stores"),
+        "{container:?}"
+    );
+    // Without it the dashboard lists AgentDeployments only.
+    let docs = documents(&render(&[]));
+    let dashboard = find(&docs, "Deployment", "baton-dashboard").unwrap();
+    assert!(dashboard["spec"]["template"]["spec"]["containers"][0]["envFrom"].is_null());
+    // A Secret name that cannot be one is refused by the schema.
+    let error = render_result(&["dashboard.stores.existingSecret=Not_A_Name"]).unwrap_err();
+    assert!(
+        error.contains("/dashboard/stores/existingSecret"),
+        "{error}"
+    );
 }
 
 #[test]

@@ -389,6 +389,152 @@ fn the_image_is_self_contained_and_runs_as_non_root() {
     );
 }
 
+/// The operator of the image, run the way the chart runs it (user 65532,
+/// `readOnlyRootFilesystem`) in the image's own root filesystem, here with
+/// nothing in it writable by that user (the test node runs processes on the
+/// host and cannot enforce a pod's securityContext, so this test does):
+/// it leads and reconciles a resource to its status, so nothing it does
+/// needs a write to its root filesystem or root's rights.
+#[test]
+fn the_images_operator_reconciles_as_non_root_on_a_read_only_root_filesystem() {
+    let image = &*IMAGE;
+    let rootfs = tempfile::Builder::new()
+        .prefix("baton-ro-rootfs-")
+        .tempdir()
+        .unwrap();
+    let (ok, out) = run_cmd({
+        let mut cmd = Command::new("cp");
+        cmd.arg("-a")
+            .arg(format!("{}/.", image.rootfs.display()))
+            .arg(rootfs.path());
+        cmd
+    });
+    assert!(ok, "{out}");
+    let cp = ControlPlane::start();
+    // The only file added: the kubeconfig (read-only, certificates inline).
+    let kubeconfig = rootfs.path().join("kubeconfig");
+    std::fs::copy(cp.kubeconfig(), &kubeconfig).unwrap();
+    std::fs::set_permissions(
+        &kubeconfig,
+        std::os::unix::fs::PermissionsExt::from_mode(0o444),
+    )
+    .unwrap();
+    // Nothing writable by the image's user: /tmp and its home become
+    // root's and read-only, as a read-only root filesystem leaves them.
+    for dir in ["tmp", "home/nonroot"] {
+        let (ok, out) = run_cmd({
+            let mut cmd = Command::new("chown");
+            cmd.arg("0:0").arg(rootfs.path().join(dir));
+            cmd
+        });
+        assert!(ok, "{out}");
+        std::fs::set_permissions(
+            rootfs.path().join(dir),
+            std::os::unix::fs::PermissionsExt::from_mode(0o555),
+        )
+        .unwrap();
+    }
+    for path in walk(rootfs.path()) {
+        let mode = std::os::unix::fs::MetadataExt::mode(&path.metadata().unwrap());
+        let uid = std::os::unix::fs::MetadataExt::uid(&path.metadata().unwrap());
+        assert!(
+            uid == 0 && mode & 0o022 == 0,
+            "{} is writable by others",
+            path.display()
+        );
+    }
+    let (ok, out) = run_cmd({
+        let mut cmd = cp.kubectl();
+        cmd.args(["apply", "-f"]).arg(format!(
+            "{REPO}/manifests/crds/agentdeployments.baton.dev.yaml"
+        ));
+        cmd
+    });
+    assert!(ok, "{out}");
+    let (ok, out) = run_cmd({
+        let mut cmd = cp.kubectl();
+        cmd.args([
+            "wait",
+            "--for",
+            "condition=established",
+            "crd/agentdeployments.baton.dev",
+        ]);
+        cmd
+    });
+    assert!(ok, "{out}");
+
+    let log = rootfs.path().with_extension("log");
+    let mut operator = Command::new("/usr/sbin/chroot")
+        .arg(format!("--userspec={}", image.user))
+        .arg(rootfs.path())
+        .arg(&image.entrypoint)
+        .args([
+            "operator",
+            "--kubeconfig",
+            "/kubeconfig",
+            "--leader-election-namespace",
+            "default",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .env_clear()
+        .env("RUST_LOG", "info")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let reconciled = RUNTIME.block_on(async {
+        let client = cp.admin_client().await;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some("agents-ro".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        let example =
+            std::fs::read_to_string(format!("{REPO}/manifests/examples/minimal.yaml")).unwrap();
+        let agd: AgentDeployment = serde_yaml::from_str(&example).unwrap();
+        let agds: Api<AgentDeployment> = Api::namespaced(client.clone(), "agents-ro");
+        agds.create(&PostParams::default(), &agd).await.unwrap();
+        let deadline = Instant::now() + CONVERGE;
+        while Instant::now() < deadline {
+            let agd = agds.get("support-bot").await.unwrap();
+            let status = agd.status.as_ref();
+            if status.is_some_and(|s| s.observed_generation == agd.metadata.generation) {
+                let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+                    Api::namespaced(client.clone(), "agents-ro");
+                let names: Vec<String> = sets
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .filter_map(|s| s.metadata.name)
+                    .collect();
+                return Some(names);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        None
+    });
+    let still_running = operator.try_wait().unwrap().is_none();
+    let _ = operator.kill();
+    let _ = operator.wait();
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    let sets = reconciled.unwrap_or_else(|| panic!("no status within {CONVERGE:?}:\n{log}"));
+    assert!(still_running, "the operator exited:\n{log}");
+    assert!(
+        sets.iter().any(|s| s == "support-bot"),
+        "the replica StatefulSet: {sets:?}\n{log}"
+    );
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -101,6 +101,23 @@ async fn converged(client: &Client, ns: &str, name: &str) -> AgentDeployment {
     .await
 }
 
+/// The notes of the resource's events with this reason.
+fn event_notes(cp: &baton_testkit::kube::ControlPlane, ns: &str, reason: &str) -> Vec<String> {
+    let events = kubectl_ok(
+        cp,
+        &["get", "events.events.k8s.io", "-n", ns, "-o", "json"],
+        None,
+    );
+    let events: serde_json::Value = serde_json::from_str(&events).unwrap();
+    events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == reason && e["regarding"]["kind"] == "AgentDeployment")
+        .filter_map(|e| e["note"].as_str().map(String::from))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_example_gets_every_child_labelled_and_owned_then_a_resync_writes_nothing() {
     let cp = control_plane();
@@ -116,6 +133,14 @@ async fn minimal_example_gets_every_child_labelled_and_owned_then_a_resync_write
     let mut expected = ALL_MANAGED.to_vec();
     expected.sort();
     assert_eq!(names, expected);
+    // One event names what was created.
+    let created = event_notes(cp, &ns, "Created");
+    for child in &expected {
+        assert!(
+            created.iter().any(|note| note.contains(child)),
+            "no Created event names {child}: {created:?}"
+        );
+    }
     for (key, meta) in &found {
         let labels = meta.labels.clone().unwrap_or_default();
         for label in [
@@ -406,6 +431,18 @@ spec:
             "StatefulSet/support-bot",
         ]
     );
+    let pruned = event_notes(cp, &ns, "Pruned");
+    for child in [
+        "StatefulSet/support-bot-redis",
+        "StatefulSet/support-bot-postgres",
+        "StatefulSet/support-bot-minio",
+        "Job/support-bot-minio-bucket",
+    ] {
+        assert!(
+            pruned.iter().any(|note| note.contains(child)),
+            "no Pruned event names {child}: {pruned:?}"
+        );
+    }
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let replicas = sts.get("support-bot").await.unwrap();
     assert_eq!(

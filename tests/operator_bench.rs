@@ -75,12 +75,9 @@ fn manifests(n: usize) -> Vec<AgentDeployment> {
 /// together (as a GitOps controller or `kubectl apply` in parallel would;
 /// a single `kubectl apply` sends them one by one, which measures kubectl).
 async fn create_all(api: &Api<AgentDeployment>, resources: Vec<AgentDeployment>) {
-    let created = futures::future::join_all(
-        resources
-            .iter()
-            .map(|agd| api.create(&kube::api::PostParams::default(), agd)),
-    )
-    .await;
+    let params = kube::api::PostParams::default();
+    let created =
+        futures::future::join_all(resources.iter().map(|agd| api.create(&params, agd))).await;
     for result in created {
         result.expect("an AgentDeployment is stored");
     }

@@ -20,7 +20,10 @@
 //! - C client: the same commands (PINGs, baton, naive) sent by a small C
 //!   program on hiredis (`benches/c_reference/reference.c`, built for the
 //!   run when `cc` and libhiredis-dev are there), at one client: the
-//!   reference the Rust client is compared with in the same run.
+//!   reference the Rust client is compared with in the same run;
+//! - baton on a Redis Cluster of 3 masters (the same two round trips, to
+//!   the session's master), interleaved with the rest, and the round trips
+//!   per turn each store sent (counted by the connection).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -300,6 +303,7 @@ fn row(name: &str, clients: usize, f: &Figures, versus_naive: String, versus_c: 
 const BASELINE: &str = "baseline: 2 × PING";
 const BATON: &str = "baton 2-RTT";
 const NAIVE: &str = "naive 6-RTT";
+const BATON_CLUSTER: &str = "baton 2-RTT, Redis Cluster (3 masters)";
 const C_BASELINE: &str = "C client: 2 × PING";
 const C_BATON: &str = "C client: baton 2-RTT";
 const C_NAIVE: &str = "C client: naive 6-RTT";
@@ -314,6 +318,18 @@ fn c_counterpart(name: &str) -> Option<&'static str> {
     }
 }
 
+/// Requests the store's connection sent per turn, over 200 turns of one
+/// session (uncontended: begin, then commit).
+async fn round_trips_per_turn(store: &RedisStore, replica: &ReplicaId, state: &Bytes) -> f64 {
+    let key = SessionKey::new("bench", "round-trips").unwrap();
+    baton_turn(store, &key, replica, state, None).await;
+    let before = baton_session::redis::requests_sent();
+    for _ in 0..200 {
+        baton_turn(store, &key, replica, state, None).await;
+    }
+    (baton_session::redis::requests_sent() - before) as f64 / 200.0
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let seconds: u64 = std::env::var("BATON_BENCH_SECS")
@@ -326,9 +342,11 @@ async fn main() {
     let duration = Duration::from_secs(seconds);
     let state = Bytes::from(vec![b's'; STATE_BYTES]);
     let redis_server = baton_testkit::RedisServer::start();
+    let redis_cluster = baton_testkit::RedisCluster::start(3, 0);
     let dir = tempfile::tempdir().unwrap();
 
     let baton = RedisStore::connect(&redis_server.url()).await.unwrap();
+    let on_cluster = RedisStore::connect(&redis_cluster.url()).await.unwrap();
     let naive = ::redis::Client::open(redis_server.url())
         .unwrap()
         .get_connection_manager()
@@ -342,6 +360,15 @@ async fn main() {
         .heartbeat(&replica, Duration::from_secs(3600))
         .await
         .unwrap();
+    on_cluster
+        .heartbeat(&replica, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    println!(
+        "Round trips per turn (requests counted by the connection, 200 turns on one session): one server {:.2}, Redis Cluster {:.2}",
+        round_trips_per_turn(&baton, &replica, &state).await,
+        round_trips_per_turn(&on_cluster, &replica, &state).await
+    );
     sqlite
         .heartbeat(&replica, Duration::from_secs(3600))
         .await
@@ -401,12 +428,20 @@ async fn main() {
                 held[c].store(version, Relaxed);
             }
         });
+        let (store, state_c, r) = (on_cluster.clone(), state.clone(), replica.clone());
+        let clustered = Case::new(BATON_CLUSTER, move |c| {
+            let (store, state, r) = (store.clone(), state_c.clone(), r.clone());
+            async move {
+                let key = SessionKey::new("bench", &format!("cluster-{c}")).unwrap();
+                baton_turn(&store, &key, &r, &state, None).await;
+            }
+        });
         let (conn, cas_n, state_n) = (naive.clone(), cas.clone(), state.clone());
         let naive_case = Case::new(NAIVE, move |c| {
             let (mut conn, cas, state) = (conn.clone(), cas_n.clone(), state_n.clone());
             async move { naive_turn(&mut conn, &cas, &format!("naive-{c}"), "bench", &state).await }
         });
-        let mut cases = vec![baseline, cold, warm, naive_case];
+        let mut cases = vec![baseline, cold, warm, clustered, naive_case];
         // The C client runs one blocking connection per process: it is the
         // reference for one client's latency.
         if let Some(reference) = c_reference.as_ref().filter(|_| clients == 1) {

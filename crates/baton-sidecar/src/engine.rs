@@ -107,7 +107,7 @@ pub enum TurnError {
 }
 
 impl TurnError {
-    /// The outcome name of DESIGN.md, for bodies, logs and metrics.
+    /// The outcome name (docs/design.md, "Outcomes"), for bodies, logs and metrics.
     pub fn outcome(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "BUSY",

@@ -36,6 +36,9 @@ pub struct Metrics {
     protocol_seconds: Family<StepLabel, Histogram>,
     pub in_flight: Gauge,
     pub leases_held: Gauge,
+    /// Brought up to date from the Redis connection's own count at every
+    /// scrape (the session crate knows nothing of Prometheus).
+    redis_requests: Counter,
     /// Turns by latency bucket, for the admin status (the dashboard's
     /// plots): prometheus-client does not hand out its buckets.
     latency: Arc<[AtomicU64; latency::BUCKETS]>,
@@ -71,8 +74,15 @@ impl Default for Metrics {
             "Session leases this replica holds now",
             leases_held.clone(),
         );
+        let redis_requests = Counter::default();
+        registry.register(
+            "redis_requests",
+            "Requests sent to Redis (a command or a pipeline each: one round trip), background work included",
+            redis_requests.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            redis_requests,
             turns,
             turn_seconds,
             protocol_seconds,
@@ -112,6 +122,14 @@ impl Metrics {
 
     /// The text exposition format.
     pub fn encode(&self) -> String {
+        {
+            // One scrape at a time tops the counter up.
+            static TOP_UP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one = TOP_UP.lock().unwrap_or_else(|e| e.into_inner());
+            let sent = baton_session::redis::requests_sent();
+            self.redis_requests
+                .inc_by(sent.saturating_sub(self.redis_requests.get()));
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

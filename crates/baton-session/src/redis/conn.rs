@@ -9,6 +9,7 @@
 //! code sends the same commands either way; what differs on a cluster is
 //! which keys a pipeline may hold (one slot each: see `slots.rs`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -154,8 +155,19 @@ impl Conn {
     }
 }
 
+/// Requests this process sent to Redis: a command or a pipeline each, one
+/// round trip (a cluster's redirections add hidden ones). For the sidecar's
+/// metrics and the benchmarks' round trips per turn.
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+
+/// Requests sent to Redis so far, by every connection of this process.
+pub fn requests_sent() -> u64 {
+    REQUESTS.load(Ordering::Relaxed)
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        REQUESTS.fetch_add(1, Ordering::Relaxed);
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
@@ -168,6 +180,7 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
+        REQUESTS.fetch_add(1, Ordering::Relaxed);
         match self {
             Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),

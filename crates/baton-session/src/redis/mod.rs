@@ -57,7 +57,7 @@ mod shipping;
 pub mod slots;
 
 use conn::Conn;
-pub use conn::{CLUSTER_SCHEME, RedisTarget};
+pub use conn::{CLUSTER_SCHEME, RedisTarget, requests_sent};
 pub use keys::{KeySpace, SessionKeys, UNSHIPPED_INDEX};
 use keys::{digest_slot, record_slot, unshipped_member};
 use reply::{Reply, parse_result, reused};
