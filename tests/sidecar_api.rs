@@ -178,8 +178,31 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
     )
     .await;
     assert_eq!(status, 400, "{body}");
-    let (status, body, _) = send(http.get(format!("{}/v1/nope", replica.url))).await;
+    let (status, body, headers) = send(http.get(format!("{}/v1/nope", replica.url))).await;
     assert_eq!((status, body["status"].as_str()), (404, Some("NOT_FOUND")));
+    assert_eq!(headers["x-baton-outcome"], "NOT_FOUND");
+    // Every route asked with a method it does not serve: the same JSON shape.
+    for (method, path) in [
+        (reqwest::Method::GET, "/api/chat"),
+        (reqwest::Method::GET, "/v1/sessions/s-1/turns"),
+        (reqwest::Method::DELETE, "/v1/sessions/s-1"),
+        (reqwest::Method::PUT, "/v1/sessions/s-1/files"),
+        (reqwest::Method::POST, "/healthz"),
+        (reqwest::Method::GET, "/v1/admin/drain"),
+    ] {
+        let (status, body, headers) =
+            send(http.request(method.clone(), format!("{}{path}", replica.url))).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (405, Some("METHOD_NOT_ALLOWED")),
+            "{method} {path}: {body}"
+        );
+        assert!(
+            body["error"].as_str().is_some_and(|e| e.contains(path)),
+            "{body}"
+        );
+        assert_eq!(headers["x-baton-outcome"], "METHOD_NOT_ALLOWED");
+    }
 
     // Nothing that was committed was lost.
     let (status, body, _) = send(

@@ -61,6 +61,16 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such route")
 }
 
+/// A known route asked with a method it does not serve: the same JSON
+/// error shape as every other refusal (axum's default has no body).
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        format!("{} does not serve {method}", uri.path()),
+    )
+}
+
 /// Refuses a body whose announced length is over the limit before reading
 /// any of it (the body limit alone would read up to the limit first).
 async fn announced_length(
@@ -123,6 +133,7 @@ pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Rout
         .route(paths::READYZ, get(readyz::<S>))
         .route("/metrics", get(metrics::<S>))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
             close_when_draining::<S>,
