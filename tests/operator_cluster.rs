@@ -57,26 +57,47 @@ async fn lease_holder(client: &kube::Client, ns: &str) -> Option<String> {
         .holder_identity
 }
 
+/// A fresh home namespace with two operators (the first leads, the
+/// second stands by) and the minimal example, reconciled by the leader, in
+/// a fresh namespace.
+async fn leader_standby_and_example(
+    client: &kube::Client,
+    prefix: &str,
+    [leader, standby]: [&str; 2],
+) -> (String, String, Operator, Operator) {
+    let cp = control_plane();
+    let home = namespace(client, "baton-system").await;
+    let ns = namespace(client, prefix).await;
+    let first = cluster_operator(cp, &home, leader, None);
+    wait_leader(&first).await;
+    let second = cluster_operator(cp, &home, standby, None);
+    apply_yaml(cp, &ns, &example("minimal.yaml"));
+    wait_for_agd(client, &ns, "support-bot", "the leader to reconcile", |a| {
+        observed_current(a) && condition(a, "Ready").is_some()
+    })
+    .await;
+    (home, ns, first, second)
+}
+
+/// The change the tests wait for an operator to reconcile.
+async fn scale_to_three(client: &kube::Client, ns: &str) {
+    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        "support-bot",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_applies_and_a_standby_takes_over_within_a_lease_after_kill_9() {
     let _one = ONE_AT_A_TIME.lock().await;
     let cp = control_plane();
     let client = cp.admin_client().await;
-    let home = namespace(&client, "baton-system").await;
-    let ns = namespace(&client, "leader").await;
-
-    let mut first = cluster_operator(cp, &home, "operator-a", None);
-    wait_leader(&first).await;
-    let second = cluster_operator(cp, &home, "operator-b", None);
-    apply_yaml(cp, &ns, &example("minimal.yaml"));
-    wait_for_agd(
-        &client,
-        &ns,
-        "support-bot",
-        "the leader to reconcile",
-        |a| observed_current(a) && condition(a, "Ready").is_some(),
-    )
-    .await;
+    let (home, ns, mut first, second) =
+        leader_standby_and_example(&client, "leader", ["operator-a", "operator-b"]).await;
     assert_eq!(
         lease_holder(&client, &home).await.as_deref(),
         Some("operator-a")
@@ -91,14 +112,7 @@ async fn one_leader_applies_and_a_standby_takes_over_within_a_lease_after_kill_9
 
     first.kill();
     let killed = Instant::now();
-    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), &ns);
-    api.patch(
-        "support-bot",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
-    )
-    .await
-    .unwrap();
+    scale_to_three(&client, &ns).await;
     wait_for_agd(
         &client,
         &ns,
@@ -134,21 +148,8 @@ async fn a_paused_leader_writes_nothing_when_it_wakes_while_another_holds_the_le
     let _one = ONE_AT_A_TIME.lock().await;
     let cp = control_plane();
     let client = cp.admin_client().await;
-    let home = namespace(&client, "baton-system").await;
-    let ns = namespace(&client, "paused").await;
-
-    let mut first = cluster_operator(cp, &home, "operator-e", None);
-    wait_leader(&first).await;
-    let second = cluster_operator(cp, &home, "operator-f", None);
-    apply_yaml(cp, &ns, &example("minimal.yaml"));
-    wait_for_agd(
-        &client,
-        &ns,
-        "support-bot",
-        "the leader to reconcile",
-        |a| observed_current(a) && condition(a, "Ready").is_some(),
-    )
-    .await;
+    let (home, ns, mut first, second) =
+        leader_standby_and_example(&client, "paused", ["operator-e", "operator-f"]).await;
     let writes_before_pause = first.writes().await;
     assert!(writes_before_pause > 0.0, "the leader applied the example");
 
@@ -160,14 +161,7 @@ async fn a_paused_leader_writes_nothing_when_it_wakes_while_another_holds_the_le
         paused.elapsed().as_millis()
     );
     baton_testkit::send_signal(second.pid(), "STOP");
-    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), &ns);
-    api.patch(
-        "support-bot",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
-    )
-    .await
-    .unwrap();
+    scale_to_three(&client, &ns).await;
 
     baton_testkit::send_signal(first.pid(), "CONT");
     let status = first.wait_exit(Duration::from_secs(30));

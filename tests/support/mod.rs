@@ -397,6 +397,11 @@ impl Cluster {
             .expect("baton dev rollout runs")
     }
 
+    /// The `baton dev` process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The dev log, for failure messages.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self._dir.path().join("dev.log")).unwrap_or_default()

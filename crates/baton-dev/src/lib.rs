@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod front_door;
+pub mod lock;
 pub mod readiness;
 pub mod replica;
 
@@ -64,6 +65,8 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     args.check().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("data dir {}", args.data_dir.display()))?;
+    // Held until this function returns (or the process dies, any way).
+    let _data_dir = lock::DataDirLock::take(&args.data_dir)?;
     let embedded = args.redis_url.is_none();
     // Before the replicas start: it migrates the embedded store once,
     // before several replica processes open it.
@@ -87,10 +90,15 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
         args: args.clone(),
     });
     let mut supervisors = Vec::new();
+    // A replica whose first processes never became ready stops everything.
+    let (fatal_tx, mut fatal_rx) = tokio::sync::mpsc::channel(slots.len());
     for slot in &slots {
         let (slot2, launcher, stop) = (slot.clone(), launcher.clone(), stop_rx.clone());
+        let fatal = fatal_tx.clone();
         supervisors.push(tokio::spawn(async move {
-            slot2.supervise(&launcher, stop).await;
+            if let Err(never_ready) = slot2.supervise(&launcher, stop).await {
+                let _ = fatal.send(never_ready).await;
+            }
         }));
         tokio::spawn(probe_forever(slot.clone(), stop_rx.clone()));
     }
@@ -126,9 +134,16 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
             );
         }
     });
+    let failed = Arc::new(std::sync::Mutex::new(None));
+    let failing = failed.clone();
     axum::serve(baton_web::server::no_delay(listener), app)
-        .with_graceful_shutdown(async {
-            let _ = shutdown_signal().await;
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                Some(never_ready) = fatal_rx.recv() => {
+                    *failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(never_ready);
+                }
+            }
         })
         .await?;
     println!("baton dev: stopping");
@@ -136,7 +151,11 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     for s in supervisors {
         let _ = s.await;
     }
-    Ok(())
+    let never_ready = failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match never_ready {
+        Some(never_ready) => Err(never_ready.into()),
+        None => Ok(()),
+    }
 }
 
 fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], embedded: bool) {

@@ -37,11 +37,42 @@ pub struct ReplicaSlot {
     pub agent_port: u16,
     status: Mutex<ReplicaStatus>,
     replace: Notify,
+    /// Whether the current processes have been ready once.
+    ready_once: std::sync::atomic::AtomicBool,
 }
+
+/// A replica's first processes died before they were ever ready: a
+/// setting they refuse, not a crash to restart.
+#[derive(Debug)]
+pub struct NeverReady {
+    pub replica: String,
+    pub why: String,
+    /// The end of the log of the process that died.
+    pub log_tail: String,
+}
+
+impl std::fmt::Display for NeverReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} before it was ever ready, so baton dev stops (a setting is probably wrong):\n{}",
+            self.replica, self.why, self.log_tail
+        )
+    }
+}
+
+impl std::error::Error for NeverReady {}
+
+/// Restarts of a replica that did run back off from the first to the cap;
+/// one that then stays up this long starts again from the first.
+const RESTART_FIRST: Duration = Duration::from_millis(200);
+const RESTART_CAP: Duration = Duration::from_secs(5);
+const STAYED_UP: Duration = Duration::from_secs(10);
 
 /// Why a replica's processes stopped.
 enum Stop {
-    Died(String),
+    /// Which log to show, and how it ended.
+    Died(&'static str, String),
     Replace,
     Shutdown,
 }
@@ -66,6 +97,7 @@ impl ReplicaSlot {
             agent_port,
             status: Mutex::new(status),
             replace: Notify::new(),
+            ready_once: Default::default(),
         }
     }
 
@@ -87,6 +119,10 @@ impl ReplicaSlot {
         if s.pid.is_some() {
             s.ready = ready;
             s.draining = draining;
+            if ready {
+                self.ready_once
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 
@@ -184,11 +220,29 @@ impl ReplicaSlot {
         Ok((agent, sidecar))
     }
 
-    /// Keeps the replica's processes running until `shutdown`.
-    pub async fn supervise(&self, launcher: &Launcher, mut shutdown: watch::Receiver<bool>) {
+    /// The last lines of one of the replica's logs.
+    fn log_tail(&self, args: &DevArgs, name: &str) -> String {
+        let path = args.data_dir.join("replicas").join(&self.id).join(name);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join("\n");
+        format!("--- {} (last lines) ---\n{tail}", path.display())
+    }
+
+    /// Keeps the replica's processes running until `shutdown`. Returns
+    /// an error, and stops trying, when its first processes die before
+    /// they were ever ready: a configuration problem that restarts would
+    /// only repeat.
+    pub async fn supervise(
+        &self,
+        launcher: &Launcher,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), NeverReady> {
+        let mut first_run = true;
+        let mut backoff = RESTART_FIRST;
         loop {
             if *shutdown.borrow() {
-                return;
+                return Ok(());
             }
             let (mut agent, mut sidecar) = match self.spawn(launcher) {
                 Ok(children) => children,
@@ -205,13 +259,16 @@ impl ReplicaSlot {
                 s.ready = false;
                 s.draining = false;
             }
+            self.ready_once
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            let started = std::time::Instant::now();
             let stop = tokio::select! {
-                status = sidecar.wait() => Stop::Died(format!("sidecar exited ({})", describe(status))),
-                status = agent.wait() => Stop::Died(format!("agent exited ({})", describe(status))),
+                status = sidecar.wait() => Stop::Died("sidecar.log", format!("sidecar exited ({})", describe(status))),
+                status = agent.wait() => Stop::Died("agent.log", format!("agent exited ({})", describe(status))),
                 () = self.replace.notified() => Stop::Replace,
                 _ = shutdown.changed() => Stop::Shutdown,
             };
-            let graceful = !matches!(stop, Stop::Died(_));
+            let graceful = !matches!(stop, Stop::Died(..));
             stop_processes(
                 &mut sidecar,
                 &mut agent,
@@ -226,20 +283,36 @@ impl ReplicaSlot {
                 s.ready = false;
                 s.draining = false;
                 match stop {
-                    Stop::Died(_) => s.restarts += 1,
+                    Stop::Died(..) => s.restarts += 1,
                     Stop::Replace => s.generation += 1,
                     Stop::Shutdown => {}
                 }
             }
+            let was_ready = self.ready_once.load(std::sync::atomic::Ordering::Relaxed);
             match stop {
-                Stop::Died(why) => {
-                    eprintln!("baton dev: {} died: {why}; restarting", self.id);
-                    // A crash loop should not spin the CPU.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                Stop::Died(log, why) if first_run && !was_ready => {
+                    return Err(NeverReady {
+                        replica: self.id.clone(),
+                        why,
+                        log_tail: self.log_tail(&launcher.args, log),
+                    });
+                }
+                Stop::Died(_, why) => {
+                    if started.elapsed() > STAYED_UP {
+                        backoff = RESTART_FIRST;
+                    }
+                    eprintln!(
+                        "baton dev: {} died: {why}; restarting in {} ms",
+                        self.id,
+                        backoff.as_millis()
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RESTART_CAP);
                 }
                 Stop::Replace => {}
-                Stop::Shutdown => return,
+                Stop::Shutdown => return Ok(()),
             }
+            first_run = false;
         }
     }
 }

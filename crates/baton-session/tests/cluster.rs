@@ -321,7 +321,7 @@ async fn an_uncontended_turn_is_two_round_trips_on_one_master() {
 /// turn is in the ledger once.
 ///
 /// Ignored in the default run: now and then the cluster client (redis-rs
-/// 1.8.1: 1 run in 2 to 4; 1.8.2: 1 run in 15) stops answering after the
+/// 1.8.1: 1 run in 2 to 4; 1.8.2: 1 run in 20) stops answering after the
 /// kill: a slot refresh it begins never completes, and every command, to
 /// every master, waits for the rest of the run. When it does not,
 /// everything above holds. Run it with `RUST_LOG=redis=info cargo test -p

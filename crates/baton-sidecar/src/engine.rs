@@ -135,6 +135,22 @@ impl TurnError {
             Self::Store(_) | Self::Workspace(_) => "STORE_UNAVAILABLE",
         }
     }
+
+    /// A failure of the agent or the stores (worth a log line), not a
+    /// refusal the protocol expects (busy, duplicate, draining, bad input).
+    pub fn is_fault(&self) -> bool {
+        matches!(
+            self.outcome(),
+            "AGENT_TIMEOUT"
+                | "AGENT_UNAVAILABLE"
+                | "AGENT_FAILED"
+                | "CORRUPT"
+                | "WORKSPACE_IO"
+                | "STORE_UNAVAILABLE"
+                | "STATE_LOST"
+                | "COMMIT_UNKNOWN"
+        )
+    }
 }
 
 pub struct Engine<S> {
@@ -578,15 +594,19 @@ impl<S: TurnStore + 'static> Engine<S> {
         };
         self.metrics
             .turn(&outcome.to_ascii_lowercase(), started.elapsed());
+        // A line per turn only at debug: at INFO a busy replica would
+        // write megabytes a minute (the metrics count every outcome). What
+        // points at a fault of the agent or the stores stays at warn.
         span.in_scope(|| match &result {
-            Ok(a) => tracing::info!(
+            Ok(a) => tracing::debug!(
                 outcome,
                 version = a.version,
                 turn_seq = a.turn_seq,
                 ms = started.elapsed().as_millis() as u64,
                 "turn answered"
             ),
-            Err(e) => tracing::info!(outcome, error = %e, "turn refused"),
+            Err(e) if e.is_fault() => tracing::warn!(outcome, error = %e, "turn failed"),
+            Err(e) => tracing::debug!(outcome, error = %e, "turn refused"),
         });
         result
     }
