@@ -506,3 +506,58 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
         text(&half.stderr)
     );
 }
+
+/// `--help` of the commands a new user runs first: every flag says what it
+/// is for, and no credential from the environment is printed.
+#[test]
+fn help_describes_every_flag_and_echoes_no_secret() {
+    let secrets = [
+        ("BATON_S3_ACCESS_KEY_ID", "topsecret-key-id"),
+        ("BATON_S3_SECRET_ACCESS_KEY", "topsecret-s3-secret"),
+        ("BATON_ADMIN_TOKENS", "topsecret-admin-token"),
+        ("BATON_AUTH_TOKENS", "acme=topsecret-auth-token"),
+        (
+            "BATON_REDIS_URL",
+            "redis://:topsecret-redis@127.0.0.1:6379/",
+        ),
+        (
+            "BATON_DATABASE_URL",
+            "postgres://baton:topsecret-pg@127.0.0.1/baton",
+        ),
+        ("BATON_DASHBOARD_ADMIN_TOKEN", "topsecret-dashboard-admin"),
+    ];
+    for command in [
+        &["dev", "--help"][..],
+        &["sidecar", "--help"],
+        &["dashboard", "--help"],
+        &["operator", "--help"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(command)
+            .envs(secrets)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{command:?}");
+        let help = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            !help.contains("topsecret"),
+            "{command:?} prints a secret:\n{help}"
+        );
+        // Unset and set variables look alike: `[env: NAME]`, never `NAME=`.
+        assert!(!help.contains("=]"), "{command:?}:\n{help}");
+        let lines: Vec<&str> = help.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let flag = line.trim_start();
+            if !(flag.starts_with("--") || flag.starts_with("-h, ")) || !line.starts_with("  ") {
+                continue;
+            }
+            let description = lines.get(i + 1).map_or("", |l| l.trim());
+            assert!(
+                !description.is_empty()
+                    && !description.starts_with('[')
+                    && !description.starts_with('-'),
+                "{command:?}: {flag} has no description:\n{help}"
+            );
+        }
+    }
+}

@@ -2,14 +2,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
-
-use baton_api::validate::parse_duration;
-
-fn duration(value: &str) -> Result<Duration, String> {
-    parse_duration(value)
-}
-
 fn replica_count(value: &str) -> Result<usize, String> {
     let n: usize = value
         .parse()
@@ -50,37 +42,20 @@ pub struct DevArgs {
     #[arg(long)]
     pub database_url: Option<String>,
 
-    /// Keep workspaces in this S3-compatible store instead of a local directory.
-    #[arg(long)]
-    pub s3_endpoint: Option<String>,
-    #[arg(long, default_value = "baton")]
-    pub s3_bucket: String,
-    #[arg(long, default_value = "us-east-1")]
-    pub s3_region: String,
-    #[arg(long, env = "AWS_ACCESS_KEY_ID", default_value = "")]
-    pub s3_access_key_id: String,
-    #[arg(
-        long,
-        env = "AWS_SECRET_ACCESS_KEY",
-        default_value = "",
-        hide_env_values = true
-    )]
-    pub s3_secret_access_key: String,
+    /// The workspace store; without `--s3-endpoint` a directory under
+    /// `--data-dir`.
+    #[command(flatten)]
+    pub s3: baton_session::cli::S3Args,
 
-    #[arg(long, default_value = "30s", value_parser = duration)]
-    pub lease_ttl: Duration,
-    #[arg(long, default_value = "24h", value_parser = duration)]
-    pub state_ttl: Duration,
-    #[arg(long, default_value = "30s", value_parser = duration)]
-    pub drain_timeout: Duration,
-    #[arg(long, default_value = "250ms", value_parser = duration)]
-    pub heartbeat_interval: Duration,
+    /// The replicas' protocol timings (as `baton sidecar` has them).
+    #[command(flatten)]
+    pub timing: baton_sidecar::config::TimingArgs,
 
     /// Who may sign in to the dashboard (`/dashboard`): a YAML list of
     /// `{name, role: viewer|operator, token}`. Without it the dashboard is
     /// open to everyone as an operator, which `baton dev` allows only on
     /// a loopback `--listen`.
-    #[arg(long, env = "BATON_DASHBOARD_TOKENS_FILE")]
+    #[arg(long, env = "BATON_DASHBOARD_TOKENS_FILE", hide_env_values = true)]
     pub dashboard_tokens_file: Option<PathBuf>,
 
     /// Extra time every turn of the reference agent takes, in milliseconds.

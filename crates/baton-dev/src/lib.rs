@@ -167,8 +167,8 @@ fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], e
     } else {
         "Redis + Postgres".to_owned()
     };
-    let workspaces = match &args.s3_endpoint {
-        Some(e) => format!("S3 {e}/{}", args.s3_bucket),
+    let workspaces = match &args.s3.s3_endpoint {
+        Some(e) => format!("S3 {e}/{}", args.s3.s3_bucket),
         None => format!("directory {}", args.data_dir.join("objects").display()),
     };
     println!(
@@ -211,17 +211,8 @@ async fn dashboard(args: &DevArgs) -> anyhow::Result<Arc<baton_web::server::Dash
             )
         }
     };
-    let workspaces = match &args.s3_endpoint {
-        Some(endpoint) => {
-            baton_session::workspace::WorkspaceStore::s3(&baton_session::workspace::S3Config {
-                endpoint: endpoint.clone(),
-                bucket: args.s3_bucket.clone(),
-                region: args.s3_region.clone(),
-                access_key_id: args.s3_access_key_id.clone(),
-                secret_access_key: args.s3_secret_access_key.clone(),
-                force_path_style: true,
-            })
-        }
+    let workspaces = match args.s3.config() {
+        Some(config) => baton_session::workspace::WorkspaceStore::s3(&config),
         None => baton_session::workspace::WorkspaceStore::local(&args.data_dir.join("objects")),
     }
     .context("the dashboard's workspace store")?;
@@ -326,7 +317,7 @@ async fn rollout(dev: &Dev) -> Result<Vec<RolloutStep>, String> {
         let drain = dev
             .http
             .post(format!("{}/v1/admin/drain?wait=true", slot.url()))
-            .timeout(dev.args.drain_timeout + Duration::from_secs(15))
+            .timeout(dev.args.timing.drain_timeout + Duration::from_secs(15))
             .send()
             .await;
         if let Err(e) = drain {

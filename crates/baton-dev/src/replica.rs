@@ -171,15 +171,21 @@ impl ReplicaSlot {
             .arg(format!("--agent-url=http://127.0.0.1:{}", self.agent_port))
             .arg("--workspace-dir")
             .arg(self.workspace_dir(args))
-            .arg(format!("--lease-ttl={}ms", args.lease_ttl.as_millis()))
-            .arg(format!("--state-ttl={}ms", args.state_ttl.as_millis()))
+            .arg(format!(
+                "--lease-ttl={}ms",
+                args.timing.lease_ttl.as_millis()
+            ))
+            .arg(format!(
+                "--state-ttl={}ms",
+                args.timing.state_ttl.as_millis()
+            ))
             .arg(format!(
                 "--drain-timeout={}ms",
-                args.drain_timeout.as_millis()
+                args.timing.drain_timeout.as_millis()
             ))
             .arg(format!(
                 "--heartbeat-interval={}ms",
-                args.heartbeat_interval.as_millis()
+                args.timing.heartbeat_interval.as_millis()
             ));
         match (&args.redis_url, &args.database_url) {
             (Some(redis), Some(database)) => {
@@ -192,23 +198,12 @@ impl ReplicaSlot {
                     .arg(args.data_dir.join("baton.db"));
             }
         }
-        match &args.s3_endpoint {
-            Some(endpoint) => {
-                sidecar
-                    .arg("--s3-endpoint")
-                    .arg(endpoint)
-                    .arg("--s3-bucket")
-                    .arg(&args.s3_bucket)
-                    .arg("--s3-region")
-                    .arg(&args.s3_region)
-                    .env("BATON_S3_ACCESS_KEY_ID", &args.s3_access_key_id)
-                    .env("BATON_S3_SECRET_ACCESS_KEY", &args.s3_secret_access_key);
-            }
-            None => {
-                sidecar
-                    .arg("--objects-dir")
-                    .arg(args.data_dir.join("objects"));
-            }
+        if args.s3.s3_endpoint.is_some() {
+            args.s3.pass_to(&mut sidecar);
+        } else {
+            sidecar
+                .arg("--objects-dir")
+                .arg(args.data_dir.join("objects"));
         }
         let sidecar = match with_common(&mut sidecar, sidecar_log)?.spawn() {
             Ok(child) => child,
@@ -273,7 +268,7 @@ impl ReplicaSlot {
                 &mut sidecar,
                 &mut agent,
                 graceful,
-                launcher.args.drain_timeout,
+                launcher.args.timing.drain_timeout,
             )
             .await;
             {

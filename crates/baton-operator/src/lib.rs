@@ -77,39 +77,49 @@ pub enum OperatorCommand {
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Watch only this namespace; every namespace when not set.
-    #[arg(long, env = "BATON_WATCH_NAMESPACE")]
+    #[arg(long, env = "BATON_WATCH_NAMESPACE", hide_env_values = true)]
     pub namespace: Option<String>,
     /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, env = "BATON_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    #[arg(
+        long,
+        env = "BATON_METRICS_LISTEN",
+        default_value = "0.0.0.0:8080",
+        hide_env_values = true
+    )]
     pub metrics_listen: SocketAddr,
     /// Kubeconfig file; the in-cluster configuration when not set.
-    #[arg(long, env = "KUBECONFIG")]
+    #[arg(long, env = "KUBECONFIG", hide_env_values = true)]
     pub kubeconfig: Option<PathBuf>,
     /// Take part in leader election (turn off only when a single instance runs).
-    #[arg(long, env = "BATON_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "BATON_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set, hide_env_values = true)]
     pub leader_elect: bool,
     /// Namespace of the leader election Lease (the operator's own).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "default",
+        hide_env_values = true
+    )]
     pub leader_election_namespace: String,
     /// Name of the leader election Lease.
     #[arg(long, default_value = "baton-operator")]
     pub leader_election_id: String,
     /// This instance's identity in the Lease and in events; the pod name in a cluster.
-    #[arg(long, env = "POD_NAME")]
+    #[arg(long, env = "POD_NAME", hide_env_values = true)]
     pub identity: Option<String>,
     /// Sidecar image for AgentDeployments that do not set spec.sidecar.image.
-    #[arg(long, env = "BATON_SIDECAR_IMAGE")]
+    #[arg(long, env = "BATON_SIDECAR_IMAGE", hide_env_values = true)]
     pub sidecar_image: Option<String>,
     /// How often an unchanged resource is checked again (a check that finds
     /// nothing to do writes nothing); e.g. 10m, 30s.
-    #[arg(long, env = "BATON_RESYNC_INTERVAL", default_value = "10m", value_parser = parse_interval)]
+    #[arg(long, env = "BATON_RESYNC_INTERVAL", default_value = "10m", value_parser = parse_interval, hide_env_values = true)]
     pub resync_interval: Duration,
     /// How many resources are reconciled at once (one resource is never
     /// reconciled twice at once). Each reconcile holds the objects it
     /// builds and sends, so this bounds the operator's memory when many
     /// resources change together.
     #[arg(long, env = "BATON_MAX_CONCURRENT_RECONCILES", default_value_t = 16,
-          value_parser = clap::value_parser!(u16).range(1..))]
+          value_parser = clap::value_parser!(u16).range(1..), hide_env_values = true)]
     pub max_concurrent_reconciles: u16,
 }
 

@@ -19,7 +19,7 @@ pub struct RolloutArgs {
     #[arg(short = 'n', long, global = true)]
     pub namespace: Option<String>,
     /// Kubeconfig file; the in-cluster configuration when not set.
-    #[arg(long, env = "KUBECONFIG", global = true)]
+    #[arg(long, env = "KUBECONFIG", global = true, hide_env_values = true)]
     pub kubeconfig: Option<PathBuf>,
 }
 

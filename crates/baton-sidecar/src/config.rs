@@ -13,97 +13,105 @@ fn duration(value: &str) -> Result<Duration, String> {
 }
 
 /// Settings of one sidecar.
+/// The turn protocol's timings: the sidecar's flags, and `baton dev`'s,
+/// which passes them on to its replicas (one source for both helps).
+#[derive(clap::Args, Clone, Debug)]
+pub struct TimingArgs {
+    /// How long a turn's lease lasts without renewal.
+    #[arg(long, env = env::LEASE_TTL, default_value = "30s", value_parser = duration, hide_env_values = true)]
+    pub lease_ttl: Duration,
+
+    /// How long an idle session's state is kept.
+    #[arg(long, env = env::STATE_TTL, default_value = "24h", value_parser = duration, hide_env_values = true)]
+    pub state_ttl: Duration,
+
+    /// How long a drain waits for in-flight turns before aborting them.
+    #[arg(long, env = env::DRAIN_TIMEOUT, default_value = "30s", value_parser = duration, hide_env_values = true)]
+    pub drain_timeout: Duration,
+
+    /// How often this replica refreshes its liveness key; its leases are
+    /// free three missed beats after it dies.
+    #[arg(long, env = env::HEARTBEAT_INTERVAL, default_value = "250ms", value_parser = duration, hide_env_values = true)]
+    pub heartbeat_interval: Duration,
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct SidecarArgs {
     /// This replica's name (the pod name under Kubernetes).
-    #[arg(long, env = env::REPLICA_ID)]
+    #[arg(long, env = env::REPLICA_ID, hide_env_values = true)]
     pub replica_id: String,
 
     /// Address of the turn, admin, probe and metrics API.
-    #[arg(long, env = env::LISTEN, default_value = "127.0.0.1:7070")]
+    #[arg(long, env = env::LISTEN, default_value = "127.0.0.1:7070", hide_env_values = true)]
     pub listen: SocketAddr,
 
     /// The URL at which others reach this sidecar's API (under Kubernetes
     /// `http://$(POD_IP):<port>`), said with every heartbeat: the
     /// dashboard drains the replica there. Unset: the dashboard cannot
     /// drain it.
-    #[arg(long, env = env::ADVERTISE_URL)]
+    #[arg(long, env = env::ADVERTISE_URL, hide_env_values = true)]
     pub advertise_url: Option<String>,
 
     /// The node's IP (under Kubernetes from `status.hostIP`): the kubelet's
     /// preStop hook calls from it and cannot send a token, so a drain from
     /// this address (or from loopback) needs none.
-    #[arg(long, env = env::HOST_IP)]
+    #[arg(long, env = env::HOST_IP, hide_env_values = true)]
     pub node_ip: Option<std::net::IpAddr>,
 
     /// Take over stores that hold another data layout once no replica of
     /// that layout is alive (the operator sets it for
     /// `spec.rollout.migrateLayout`). Without it, a replica whose layout
     /// differs from the stores' serves no turn.
-    #[arg(long, env = env::ADOPT_LAYOUT, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = env::ADOPT_LAYOUT, default_value_t = false, action = clap::ArgAction::Set, hide_env_values = true)]
     pub adopt_layout: bool,
 
     /// The data layout this replica says it writes. For tests that stand
     /// in for another build; leave it alone.
-    #[arg(long, env = "BATON_DATA_LAYOUT", default_value_t = baton_session::DATA_LAYOUT, hide = true)]
+    #[arg(long, env = "BATON_DATA_LAYOUT", default_value_t = baton_session::DATA_LAYOUT, hide = true, hide_env_values = true)]
     pub data_layout: u32,
 
     /// Base URL of the agent (the contract's `POST /v1/turn` is appended).
-    #[arg(long, env = env::AGENT_URL, default_value = "http://127.0.0.1:8080")]
+    #[arg(long, env = env::AGENT_URL, default_value = "http://127.0.0.1:8080", hide_env_values = true)]
     pub agent_url: String,
 
     /// Where session workspaces are materialised for the agent.
-    #[arg(long, env = env::WORKSPACE_DIR, default_value = ".baton/workspace")]
+    #[arg(long, env = env::WORKSPACE_DIR, default_value = ".baton/workspace", hide_env_values = true)]
     pub workspace_dir: PathBuf,
 
-    /// How long a turn's lease lasts without renewal.
-    #[arg(long, env = env::LEASE_TTL, default_value = "30s", value_parser = duration)]
-    pub lease_ttl: Duration,
-
-    /// How long an idle session's state is kept.
-    #[arg(long, env = env::STATE_TTL, default_value = "24h", value_parser = duration)]
-    pub state_ttl: Duration,
+    #[command(flatten)]
+    pub timing: TimingArgs,
 
     /// How often a running turn renews its lease (default: a third of the lease TTL).
-    #[arg(long, env = env::RENEW_INTERVAL, value_parser = duration)]
+    #[arg(long, env = env::RENEW_INTERVAL, value_parser = duration, hide_env_values = true)]
     pub renew_interval: Option<Duration>,
 
-    /// How long a drain waits for in-flight turns before aborting them.
-    #[arg(long, env = env::DRAIN_TIMEOUT, default_value = "30s", value_parser = duration)]
-    pub drain_timeout: Duration,
-
-    /// How often this replica refreshes its liveness key; its leases are
-    /// free three missed beats after it dies.
-    #[arg(long, env = env::HEARTBEAT_INTERVAL, default_value = "250ms", value_parser = duration)]
-    pub heartbeat_interval: Duration,
-
     /// Longest an agent call may take before the turn is aborted (504).
-    #[arg(long, env = "BATON_AGENT_TIMEOUT", default_value = "10m", value_parser = duration)]
+    #[arg(long, env = "BATON_AGENT_TIMEOUT", default_value = "10m", value_parser = duration, hide_env_values = true)]
     pub agent_timeout: Duration,
 
     /// Redis URL of the coordination store. With it, `--database-url` is required.
-    #[arg(long, env = env::REDIS_URL)]
+    #[arg(long, env = env::REDIS_URL, hide_env_values = true)]
     pub redis_url: Option<String>,
 
     /// Postgres URL of the turn ledger (with `--redis-url`).
-    #[arg(long, env = env::DATABASE_URL)]
+    #[arg(long, env = env::DATABASE_URL, hide_env_values = true)]
     pub database_url: Option<String>,
 
     /// How much of idle session directories this replica keeps between
     /// turns (MiB, as their files count), least recently used evicted first;
     /// an evicted session's next turn downloads its files again.
-    #[arg(long, env = env::WORKSPACE_CACHE_MIB, default_value_t = 2048)]
+    #[arg(long, env = env::WORKSPACE_CACHE_MIB, default_value_t = 2048, hide_env_values = true)]
     pub workspace_cache_mib: u64,
 
     /// How often one replica (whichever holds the collector lease) deletes
     /// the workspace manifests and blobs no session uses (`0s`: never).
     /// Garbage goes at the second run that finds it, so this must be longer
     /// than the longest turn (`--agent-timeout` plus `--lease-ttl`).
-    #[arg(long, env = env::WORKSPACE_GC_INTERVAL, default_value = "1h", value_parser = duration)]
+    #[arg(long, env = env::WORKSPACE_GC_INTERVAL, default_value = "1h", value_parser = duration, hide_env_values = true)]
     pub workspace_gc_interval: Duration,
 
     /// Workspace manifests and blobs younger than this are never deleted.
-    #[arg(long, env = env::WORKSPACE_GC_RETENTION, default_value = "24h", value_parser = duration)]
+    #[arg(long, env = env::WORKSPACE_GC_RETENTION, default_value = "24h", value_parser = duration, hide_env_values = true)]
     pub workspace_gc_retention: Duration,
 
     /// Keeps this deployment's Redis keys, ledger tables (a Postgres schema)
@@ -111,12 +119,17 @@ pub struct SidecarArgs {
     /// servers; the operator sets `<namespace>.<name>`. Empty: the layout
     /// without namespaces. Up to 253 characters of `A-Z a-z 0-9 . _ -`.
     /// The embedded store (one machine) ignores it.
-    #[arg(long, env = env::STORE_NAMESPACE, default_value = "")]
+    #[arg(long, env = env::STORE_NAMESPACE, default_value = "", hide_env_values = true)]
     pub store_namespace: String,
 
     /// Embedded store (no servers): SQLite database file shared by every
     /// replica process of the machine. Used when `--redis-url` is absent.
-    #[arg(long, env = "BATON_SQLITE_PATH", default_value = ".baton/baton.db")]
+    #[arg(
+        long,
+        env = "BATON_SQLITE_PATH",
+        default_value = ".baton/baton.db",
+        hide_env_values = true
+    )]
     pub sqlite_path: PathBuf,
 
     #[command(flatten)]
@@ -142,44 +155,49 @@ pub struct SidecarArgs {
     /// One (the default) costs the least CPU per turn and was as fast as two
     /// on two shared cores (see BENCHMARKS.md); give more to a sidecar that
     /// has more cores to itself.
-    #[arg(long, env = "BATON_WORKER_THREADS", default_value_t = 1)]
+    #[arg(
+        long,
+        env = "BATON_WORKER_THREADS",
+        default_value_t = 1,
+        hide_env_values = true
+    )]
     pub worker_threads: usize,
 
     /// Largest request body accepted, in bytes.
-    #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = 1024 * 1024, hide_env_values = true)]
     pub max_body_bytes: usize,
 
     /// Largest turn input accepted, in bytes.
-    #[arg(long, env = "BATON_MAX_INPUT_BYTES", default_value_t = 256 * 1024)]
+    #[arg(long, env = "BATON_MAX_INPUT_BYTES", default_value_t = 256 * 1024, hide_env_values = true)]
     pub max_input_bytes: usize,
 }
 
 impl SidecarArgs {
     pub fn renew_interval(&self) -> Duration {
-        self.renew_interval.unwrap_or(self.lease_ttl / 3)
+        self.renew_interval.unwrap_or(self.timing.lease_ttl / 3)
     }
 
     /// A heartbeat key lives three beats: one or two lost writes do not
     /// make a live replica look dead.
     pub fn heartbeat_ttl(&self) -> Duration {
-        self.heartbeat_interval * 3
+        self.timing.heartbeat_interval * 3
     }
 
     /// Rules the flags cannot express; every violation names its setting.
     pub fn check(&self) -> Result<(), String> {
         let mut problems = Vec::new();
-        if self.lease_ttl < Duration::from_secs(1) {
+        if self.timing.lease_ttl < Duration::from_secs(1) {
             problems.push(format!("{}: must be at least 1s", env::LEASE_TTL));
         }
-        if self.renew_interval() >= self.lease_ttl || self.renew_interval().is_zero() {
+        if self.renew_interval() >= self.timing.lease_ttl || self.renew_interval().is_zero() {
             problems.push(format!(
                 "{}: must be greater than 0 and shorter than {}",
                 env::RENEW_INTERVAL,
                 env::LEASE_TTL
             ));
         }
-        if self.heartbeat_interval < Duration::from_millis(50)
-            || self.heartbeat_interval >= self.lease_ttl
+        if self.timing.heartbeat_interval < Duration::from_millis(50)
+            || self.timing.heartbeat_interval >= self.timing.lease_ttl
         {
             problems.push(format!(
                 "{}: must be at least 50ms and shorter than {}",
@@ -206,7 +224,7 @@ impl SidecarArgs {
                 namespace.chars().take(64).collect::<String>()
             ));
         }
-        let longest_turn = self.agent_timeout + self.lease_ttl;
+        let longest_turn = self.agent_timeout + self.timing.lease_ttl;
         if !self.workspace_gc_interval.is_zero() && self.workspace_gc_interval <= longest_turn {
             problems.push(format!(
                 "{}: must be 0s (off) or longer than the longest turn, BATON_AGENT_TIMEOUT plus {} ({})",

@@ -100,11 +100,11 @@ async fn serve<S: ThreadStore>(
     workspaces: WorkspaceStore,
 ) -> anyhow::Result<()> {
     let timings = Timings {
-        lease_ttl: args.lease_ttl,
-        state_ttl: args.state_ttl,
+        lease_ttl: args.timing.lease_ttl,
+        state_ttl: args.timing.state_ttl,
         renew_interval: args.renew_interval(),
-        drain_timeout: args.drain_timeout,
-        heartbeat_interval: args.heartbeat_interval,
+        drain_timeout: args.timing.drain_timeout,
+        heartbeat_interval: args.timing.heartbeat_interval,
         heartbeat_ttl: args.heartbeat_ttl(),
     };
     std::fs::create_dir_all(&args.workspace_dir)

@@ -55,22 +55,37 @@ enum Command {
         /// (YAML with redisPassword, postgresPassword,
         /// objectStoreAccessKeyId, objectStoreSecretAccessKey, adminToken).
         /// Fresh random ones when omitted.
-        #[arg(long, env = "BATON_CREDENTIALS_FILE")]
+        #[arg(long, env = "BATON_CREDENTIALS_FILE", hide_env_values = true)]
         credentials: Option<PathBuf>,
     },
     /// Run the reference agent (deterministic, offline) on the agent contract.
     Agent {
         /// Address to listen on; port 0 picks a free one (printed at start).
-        #[arg(long, env = "BATON_AGENT_LISTEN", default_value = "127.0.0.1:8081")]
+        #[arg(
+            long,
+            env = "BATON_AGENT_LISTEN",
+            default_value = "127.0.0.1:8081",
+            hide_env_values = true
+        )]
         listen: std::net::SocketAddr,
         /// Extra time every turn takes, in milliseconds.
-        #[arg(long, env = "BATON_AGENT_DELAY_MS", default_value_t = 0)]
+        #[arg(
+            long,
+            env = "BATON_AGENT_DELAY_MS",
+            default_value_t = 0,
+            hide_env_values = true
+        )]
         delay_ms: u64,
         /// Share of turns that fail, 0.0 to 1.0.
-        #[arg(long, env = "BATON_AGENT_FAILURE_RATE", default_value_t = 0.0, value_parser = failure_rate)]
+        #[arg(long, env = "BATON_AGENT_FAILURE_RATE", default_value_t = 0.0, value_parser = failure_rate, hide_env_values = true)]
         failure_rate: f64,
         /// Seed of the failure draws, so a run can be replayed.
-        #[arg(long, env = "BATON_AGENT_SEED", default_value_t = 1)]
+        #[arg(
+            long,
+            env = "BATON_AGENT_SEED",
+            default_value_t = 1,
+            hide_env_values = true
+        )]
         seed: u64,
         /// Do not append turns to notes.md (an echo-speed agent for benchmarks).
         #[arg(long)]

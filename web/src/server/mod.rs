@@ -247,7 +247,12 @@ async fn asset(
 #[derive(clap::Args, Clone, Debug)]
 pub struct DashboardArgs {
     /// Address of the dashboard; port 0 picks a free one (printed at start).
-    #[arg(long, env = "BATON_DASHBOARD_LISTEN", default_value = "127.0.0.1:7080")]
+    #[arg(
+        long,
+        env = "BATON_DASHBOARD_LISTEN",
+        default_value = "127.0.0.1:7080",
+        hide_env_values = true
+    )]
     pub listen: std::net::SocketAddr,
 
     /// Redis URL of the coordination store; with `--database-url`, the
@@ -260,12 +265,17 @@ pub struct DashboardArgs {
     pub database_url: Option<String>,
 
     /// The deployment's store namespace (as its sidecars have it).
-    #[arg(long, env = baton_api::constants::env::STORE_NAMESPACE, default_value = "")]
+    #[arg(long, env = baton_api::constants::env::STORE_NAMESPACE, default_value = "", hide_env_values = true)]
     pub store_namespace: String,
 
     /// Without Redis and Postgres: the embedded store's database
     /// (`baton dev` keeps it in `.baton/dev/baton.db`).
-    #[arg(long, env = "BATON_SQLITE_PATH", default_value = ".baton/dev/baton.db")]
+    #[arg(
+        long,
+        env = "BATON_SQLITE_PATH",
+        default_value = ".baton/dev/baton.db",
+        hide_env_values = true
+    )]
     pub sqlite_path: std::path::PathBuf,
 
     #[command(flatten)]
@@ -275,7 +285,7 @@ pub struct DashboardArgs {
     /// token: <16+ characters>}` (role `viewer` reads only). Required
     /// unless the dashboard listens on a loopback address, where it is
     /// open to everyone as an operator.
-    #[arg(long, env = "BATON_DASHBOARD_TOKENS_FILE")]
+    #[arg(long, env = "BATON_DASHBOARD_TOKENS_FILE", hide_env_values = true)]
     pub tokens_file: Option<std::path::PathBuf>,
 
     /// The admin token the sidecars accept (drain, takeover, status).
@@ -284,18 +294,22 @@ pub struct DashboardArgs {
 
     /// File the audit log is appended to (one JSON line per action);
     /// unset: kept in memory only.
-    #[arg(long, env = "BATON_DASHBOARD_AUDIT_LOG")]
+    #[arg(long, env = "BATON_DASHBOARD_AUDIT_LOG", hide_env_values = true)]
     pub audit_log: Option<std::path::PathBuf>,
 
     /// Show the cluster's `AgentDeployment`s, and record every action as an
     /// event on this deployment's (named by `--store-namespace`
     /// `<namespace>.<name>`). Uses the kubeconfig, or the pod's service
     /// account; needs list on agentdeployments and create on events.
-    #[arg(long, env = "BATON_DASHBOARD_KUBERNETES")]
+    #[arg(long, env = "BATON_DASHBOARD_KUBERNETES", hide_env_values = true)]
     pub kubernetes: bool,
 
     /// With `--kubernetes`: list this namespace's `AgentDeployment`s only.
-    #[arg(long, env = "BATON_DASHBOARD_KUBERNETES_NAMESPACE")]
+    #[arg(
+        long,
+        env = "BATON_DASHBOARD_KUBERNETES_NAMESPACE",
+        hide_env_values = true
+    )]
     pub kubernetes_namespace: Option<String>,
 }
 
