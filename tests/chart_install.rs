@@ -32,8 +32,9 @@ use baton_testkit::poll_async_every;
 use baton_testnode::{ImageTable, NodeConfig, TestNode};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
@@ -591,6 +592,17 @@ fn helm_install_then_install_bundle_reconcile_an_example_to_ready() {
         assert!(accounts.get_opt("baton-operator").await.unwrap().is_none());
         let roles: Api<ClusterRole> = Api::all(client.clone());
         assert!(roles.get_opt("baton-operator").await.unwrap().is_none());
+        assert!(roles.get_opt("baton-dashboard").await.unwrap().is_none());
+        let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+        for name in ["baton-operator", "baton-dashboard"] {
+            assert!(bindings.get_opt(name).await.unwrap().is_none(), "{name}");
+        }
+        let services: Api<Service> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+        let left = services.list(&ListParams::default()).await.unwrap();
+        assert!(left.items.is_empty(), "Services left: {:?}", left.items.len());
+        let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+        let left = budgets.list(&ListParams::default()).await.unwrap();
+        assert!(left.items.is_empty(), "PodDisruptionBudgets left: {:?}", left.items.len());
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         assert!(
             crds.get_opt("agentdeployments.baton.dev").await.unwrap().is_some(),

@@ -145,3 +145,34 @@ async fn a_setting_the_sidecar_refuses_stops_baton_dev_with_that_error() {
     );
     assert!(!output.contains("restarting"), "{output}");
 }
+
+/// The README's kill -9 step in one request: which replica holds a
+/// session's lease, with its pid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replica_holding_a_session_is_one_request_away() {
+    let _serial = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    let holding = |session: &'static str| {
+        let (http, url) = (dev.http.clone(), dev.url.clone());
+        async move {
+            http.get(format!("{url}/v1/dev/replicas?holding={session}"))
+                .send()
+                .await
+                .unwrap()
+                .json::<Vec<serde_json::Value>>()
+                .await
+                .unwrap()
+        }
+    };
+    assert!(holding("nobody-here").await.is_empty());
+    let held = dev.held_turn("held", 3000).await;
+    let found = holding("held").await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["pid"].as_u64(), Some(held.pid), "{found:?}");
+    assert!(
+        held.holder
+            .starts_with(&format!("{}-", found[0]["id"].as_str().unwrap())),
+        "{found:?} vs {}",
+        held.holder
+    );
+}

@@ -275,8 +275,66 @@ async fn wait_all_ready(slots: &[Arc<ReplicaSlot>], timeout: Duration) -> bool {
     false
 }
 
-async fn list_replicas(State(dev): State<Arc<Dev>>) -> Json<Vec<replica::ReplicaStatus>> {
-    Json(dev.door.slots.iter().map(|s| s.status()).collect())
+#[derive(serde::Deserialize)]
+struct ReplicaFilter {
+    /// Only the replica whose sidecar holds this session's lease.
+    holding: Option<String>,
+}
+
+/// The replicas, or with `?holding=SESSION` the one holding that
+/// session's lease (none when nobody holds it): the pid to kill in the
+/// README's kill -9 step, in one request.
+async fn list_replicas(
+    State(dev): State<Arc<Dev>>,
+    axum::extract::Query(filter): axum::extract::Query<ReplicaFilter>,
+) -> Response {
+    let all: Vec<replica::ReplicaStatus> = dev.door.slots.iter().map(|s| s.status()).collect();
+    let Some(session) = filter.holding else {
+        return Json(all).into_response();
+    };
+    let owner = match lease_owner(&dev, &all, &session).await {
+        Ok(owner) => owner,
+        Err(e) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({ "status": "REPLICA_FAILED", "error": e })),
+            )
+                .into_response();
+        }
+    };
+    // A holder is the replica's id plus a suffix per process start.
+    let holding: Vec<_> = all
+        .into_iter()
+        .filter(|r| {
+            owner.as_deref().is_some_and(|o| {
+                o.strip_prefix(&r.id)
+                    .is_some_and(|rest| rest.starts_with('-'))
+            })
+        })
+        .collect();
+    Json(holding).into_response()
+}
+
+/// The lease owner of `session` (default tenant), asked of a ready replica.
+async fn lease_owner(
+    dev: &Dev,
+    replicas: &[replica::ReplicaStatus],
+    session: &str,
+) -> Result<Option<String>, String> {
+    let replica = replicas
+        .iter()
+        .find(|r| r.ready)
+        .ok_or("no replica is ready")?;
+    let mut url = reqwest::Url::parse(&replica.url).map_err(|e| e.to_string())?;
+    url.path_segments_mut()
+        .map_err(|()| "replica url".to_owned())?
+        .extend(["v1", "sessions", session]);
+    let answer = dev.http.get(url).send().await.map_err(|e| e.to_string())?;
+    if answer.status() == StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    let body: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
+    Ok(body["lease"]["owner"].as_str().map(String::from))
 }
 
 async fn post_rollout(State(dev): State<Arc<Dev>>) -> Response {
