@@ -57,7 +57,7 @@ start_redis_cluster() { # masters
         mkdir -p "$WORK/cluster-$port"
         redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK/cluster-$port" \
             --cluster-enabled yes --cluster-port "$bus" --cluster-config-file nodes.conf \
-            --cluster-require-full-coverage no --cluster-node-timeout 1000 \
+            --cluster-require-full-coverage no --cluster-node-timeout 1000 --cluster-announce-ip 127.0.0.1 \
             --daemonize yes --pidfile "$WORK/cluster-$port/pid" >/dev/null
         CLUSTER_PORTS="$CLUSTER_PORTS $port"
         [ -z "${first:-}" ] && first=$port && first_bus=$bus

@@ -47,6 +47,9 @@ impl ClusterNode {
             .args(["--cluster-require-full-coverage", "no"])
             .args(["--cluster-config-file", "nodes.conf"])
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+            // A node learns its own address from the nodes it meets: a lone
+            // master would otherwise announce an empty host.
+            .args(["--cluster-announce-ip", "127.0.0.1"])
             .arg("--dir")
             .arg(self.dir.path());
         self.child = Some(start_redis_server(command, self.port, "a cluster node"));
