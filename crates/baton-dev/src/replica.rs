@@ -170,23 +170,8 @@ impl ReplicaSlot {
             ))
             .arg(format!("--agent-url=http://127.0.0.1:{}", self.agent_port))
             .arg("--workspace-dir")
-            .arg(self.workspace_dir(args))
-            .arg(format!(
-                "--lease-ttl={}ms",
-                args.timing.lease_ttl.as_millis()
-            ))
-            .arg(format!(
-                "--state-ttl={}ms",
-                args.timing.state_ttl.as_millis()
-            ))
-            .arg(format!(
-                "--drain-timeout={}ms",
-                args.timing.drain_timeout.as_millis()
-            ))
-            .arg(format!(
-                "--heartbeat-interval={}ms",
-                args.timing.heartbeat_interval.as_millis()
-            ));
+            .arg(self.workspace_dir(args));
+        args.timing.pass_to(&mut sidecar);
         match (&args.redis_url, &args.database_url) {
             (Some(redis), Some(database)) => {
                 sidecar.arg("--redis-url").arg(redis);

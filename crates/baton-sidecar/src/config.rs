@@ -35,6 +35,21 @@ pub struct TimingArgs {
     pub heartbeat_interval: Duration,
 }
 
+impl TimingArgs {
+    /// The same timings as `baton sidecar` flags, for a sidecar process
+    /// started with them (`baton dev`'s replicas).
+    pub fn pass_to(&self, cmd: &mut tokio::process::Command) {
+        for (flag, value) in [
+            ("--lease-ttl", self.lease_ttl),
+            ("--state-ttl", self.state_ttl),
+            ("--drain-timeout", self.drain_timeout),
+            ("--heartbeat-interval", self.heartbeat_interval),
+        ] {
+            cmd.arg(format!("{flag}={}ms", value.as_millis()));
+        }
+    }
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct SidecarArgs {
     /// This replica's name (the pod name under Kubernetes).
