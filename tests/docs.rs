@@ -132,3 +132,39 @@ fn nothing_refers_to_files_outside_the_repository() {
         }
     }
 }
+
+/// The README's outcome table names every outcome the API answers
+/// (`baton_sidecar::outcome::Outcome`), and nothing else.
+#[test]
+fn the_readme_outcome_table_is_the_outcome_list() {
+    let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).unwrap();
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| outcome | HTTP |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(!table.is_empty(), "no outcome table in README.md");
+    let documented: std::collections::BTreeSet<String> = table
+        .iter()
+        .flat_map(|row| {
+            let first = row.split('|').nth(1).unwrap_or_default();
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let answered: std::collections::BTreeSet<String> = baton_sidecar::outcome::Outcome::ALL
+        .iter()
+        .map(|o| o.as_str().to_owned())
+        .collect();
+    let missing: Vec<_> = answered.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&answered).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "README.md's outcome table: missing {missing:?}, not an outcome {unknown:?}"
+    );
+}

@@ -3,6 +3,7 @@
 //! replica refuses the connection or answers DRAINING — both mean the turn
 //! never started there, so a retry cannot run it twice.
 
+use baton_sidecar::outcome::Outcome;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -42,12 +43,18 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-fn refusal(status: StatusCode, outcome: &str, message: String) -> Response {
+/// The sidecar's error shape (body and `x-baton-outcome`), for the front
+/// door's own refusals.
+fn refusal(status: StatusCode, outcome: Outcome, message: String) -> Response {
     let mut r = (
         status,
-        axum::Json(json!({ "status": outcome, "error": message })),
+        axum::Json(json!({ "status": outcome.as_str(), "error": message })),
     )
         .into_response();
+    r.headers_mut().insert(
+        baton_sidecar::http::OUTCOME_HEADER,
+        HeaderValue::from_static(outcome.as_str()),
+    );
     if status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -93,7 +100,7 @@ impl FrontDoor {
             Err(e) => {
                 return refusal(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    "TOO_LARGE",
+                    Outcome::TooLarge,
                     format!(
                         "request body: {e} (the front door passes at most {MAX_FORWARD_BYTES} bytes)"
                     ),
@@ -127,7 +134,7 @@ impl FrontDoor {
                     // with its turnSeq, can retry safely.
                     return refusal(
                         StatusCode::BAD_GATEWAY,
-                        "REPLICA_FAILED",
+                        Outcome::ReplicaFailed,
                         // `{:#}` prints the error with its causes ("error
                         // sending request" alone says little).
                         format!(
@@ -156,7 +163,7 @@ impl FrontDoor {
         last_draining.unwrap_or_else(|| {
             refusal(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "NO_REPLICA",
+                Outcome::NoReplica,
                 "no replica is ready; retry shortly".into(),
             )
         })
@@ -183,7 +190,7 @@ async fn relay(answer: reqwest::Response, replica: &str) -> Response {
         }
         Err(e) => refusal(
             StatusCode::BAD_GATEWAY,
-            "REPLICA_FAILED",
+            Outcome::ReplicaFailed,
             format!("{replica} failed while answering: {e}"),
         ),
     }

@@ -297,7 +297,7 @@ async fn list_replicas(
         Err(e) => {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "status": "REPLICA_FAILED", "error": e })),
+                Json(json!({ "status": baton_sidecar::outcome::Outcome::ReplicaFailed.as_str(), "error": e })),
             )
                 .into_response();
         }

@@ -22,6 +22,7 @@ use tracing::Instrument;
 use crate::agent_client::{AgentCallError, AgentClient};
 use crate::inflight::{InFlight, Refused};
 use crate::metrics::Metrics;
+use crate::outcome::Outcome;
 
 /// The timings a turn runs with.
 #[derive(Clone, Debug)]
@@ -108,31 +109,31 @@ pub enum TurnError {
 
 impl TurnError {
     /// The outcome name (docs/design.md, "Outcomes"), for bodies, logs and metrics.
-    pub fn outcome(&self) -> &'static str {
+    pub fn outcome(&self) -> Outcome {
         match self {
-            Self::Busy { .. } => "BUSY",
-            Self::Conflict { .. } => "CONFLICT",
-            Self::LeaseLost => "LEASE_LOST",
-            Self::Gap { .. } => "GAP",
-            Self::Stale { .. } => "STALE",
-            Self::TurnSeqReused { .. } => "TURN_SEQ_REUSED",
-            Self::StateLost { .. } => "STATE_LOST",
-            Self::Draining => "DRAINING",
-            Self::LayoutMismatch { .. } => "LAYOUT_MISMATCH",
-            Self::AbortedByDrain => "ABORTED",
-            Self::CommitUnknown { .. } => "COMMIT_UNKNOWN",
-            Self::Agent(AgentCallError::Timeout(_)) => "AGENT_TIMEOUT",
-            Self::Agent(AgentCallError::Unreachable(_)) => "AGENT_UNAVAILABLE",
-            Self::Agent(_) | Self::BadAgentState(_) => "AGENT_FAILED",
+            Self::Busy { .. } => Outcome::Busy,
+            Self::Conflict { .. } => Outcome::Conflict,
+            Self::LeaseLost => Outcome::LeaseLost,
+            Self::Gap { .. } => Outcome::Gap,
+            Self::Stale { .. } => Outcome::Stale,
+            Self::TurnSeqReused { .. } => Outcome::TurnSeqReused,
+            Self::StateLost { .. } => Outcome::StateLost,
+            Self::Draining => Outcome::Draining,
+            Self::LayoutMismatch { .. } => Outcome::LayoutMismatch,
+            Self::AbortedByDrain => Outcome::Aborted,
+            Self::CommitUnknown { .. } => Outcome::CommitUnknown,
+            Self::Agent(AgentCallError::Timeout(_)) => Outcome::AgentTimeout,
+            Self::Agent(AgentCallError::Unreachable(_)) => Outcome::AgentUnavailable,
+            Self::Agent(_) | Self::BadAgentState(_) => Outcome::AgentFailed,
             // The agent left files the workspace refuses (too many, too big,
             // names that are not UTF-8): its output, not a store outage.
-            Self::Workspace(WorkspaceError::Refused { .. }) => "AGENT_FAILED",
+            Self::Workspace(WorkspaceError::Refused { .. }) => Outcome::AgentFailed,
             Self::Workspace(WorkspaceError::BadManifest(..) | WorkspaceError::Corrupt { .. })
-            | Self::Store(StoreError::Corrupt(_)) => "CORRUPT",
-            Self::Workspace(WorkspaceError::Io(_)) => "WORKSPACE_IO",
-            Self::Store(StoreError::TooLarge { .. }) => "TOO_LARGE",
-            Self::Store(StoreError::InvalidId(_)) => "BAD_REQUEST",
-            Self::Store(_) | Self::Workspace(_) => "STORE_UNAVAILABLE",
+            | Self::Store(StoreError::Corrupt(_)) => Outcome::Corrupt,
+            Self::Workspace(WorkspaceError::Io(_)) => Outcome::WorkspaceIo,
+            Self::Store(StoreError::TooLarge { .. }) => Outcome::TooLarge,
+            Self::Store(StoreError::InvalidId(_)) => Outcome::BadRequest,
+            Self::Store(_) | Self::Workspace(_) => Outcome::StoreUnavailable,
         }
     }
 
@@ -141,14 +142,14 @@ impl TurnError {
     pub fn is_fault(&self) -> bool {
         matches!(
             self.outcome(),
-            "AGENT_TIMEOUT"
-                | "AGENT_UNAVAILABLE"
-                | "AGENT_FAILED"
-                | "CORRUPT"
-                | "WORKSPACE_IO"
-                | "STORE_UNAVAILABLE"
-                | "STATE_LOST"
-                | "COMMIT_UNKNOWN"
+            Outcome::AgentTimeout
+                | Outcome::AgentUnavailable
+                | Outcome::AgentFailed
+                | Outcome::Corrupt
+                | Outcome::WorkspaceIo
+                | Outcome::StoreUnavailable
+                | Outcome::StateLost
+                | Outcome::CommitUnknown
         )
     }
 }
@@ -588,10 +589,11 @@ impl<S: TurnStore + 'static> Engine<S> {
         let span = tracing::info_span!("turn", session = %ask.key, replica = %self.holder);
         let result = self.run(&ask).instrument(span.clone()).await;
         let outcome = match &result {
-            Ok(a) if a.duplicate => "DUPLICATE",
-            Ok(_) => "OK",
+            Ok(a) if a.duplicate => Outcome::Duplicate,
+            Ok(_) => Outcome::Ok,
             Err(e) => e.outcome(),
-        };
+        }
+        .as_str();
         self.metrics
             .turn(&outcome.to_ascii_lowercase(), started.elapsed());
         // A line per turn only at debug: at INFO a busy replica would

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod http;
 pub mod inflight;
 pub mod metrics;
+pub mod outcome;
 mod runtimes;
 
 use std::sync::Arc;

@@ -105,7 +105,7 @@ async fn orphans_are_reclaimed<S: TurnStore + 'static>(store: S) {
     // stays with this replica, which does not know it has it.
     engine.store.lose_begin_answer.store(true, Ordering::SeqCst);
     let lost = engine.turn(ask("hello", 2)).await.unwrap_err();
-    assert_eq!(lost.outcome(), "STORE_UNAVAILABLE", "{lost}");
+    assert_eq!(lost.outcome().as_str(), "STORE_UNAVAILABLE", "{lost}");
     let view = engine
         .store
         .session(&ask("", 2).key)

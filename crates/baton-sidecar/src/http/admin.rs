@@ -2,6 +2,7 @@
 //! metrics.
 
 use super::*;
+use crate::outcome::Outcome;
 
 /// The admin API is for operators: with authentication on it needs an
 /// admin token (a tenant's token is not one).
@@ -89,7 +90,7 @@ pub(super) async fn post_handover<S: TurnStore + SessionCatalog + 'static>(
     if !api.engine.inflight.is_draining() || !api.engine.inflight.is_empty() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            "NOT_DRAINED",
+            Outcome::NotDrained,
             "drain the replica first (POST /v1/admin/drain) and wait until no turn runs",
         ));
     }
@@ -130,14 +131,14 @@ pub(super) async fn readyz<S: TurnStore + SessionCatalog + 'static>(
     if api.engine.inflight.is_draining() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "DRAINING",
+            Outcome::Draining,
             "this replica is draining",
         ));
     }
     if let Some(store) = api.engine.layout_mismatch() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "LAYOUT_MISMATCH",
+            Outcome::LayoutMismatch,
             format!(
                 "this replica writes data layout {} but the stores hold layout {store}",
                 api.engine.layout
@@ -147,14 +148,14 @@ pub(super) async fn readyz<S: TurnStore + SessionCatalog + 'static>(
     if !api.engine.stores_answer() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "STORE_UNAVAILABLE",
+            Outcome::StoreUnavailable,
             "the stores did not answer the last heartbeats",
         ));
     }
     if !api.engine.agent.reachable().await {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "AGENT_UNAVAILABLE",
+            Outcome::AgentUnavailable,
             "the agent does not accept connections",
         ));
     }

@@ -3,12 +3,13 @@
 //! turn errors; and the strict JSON body parser.
 
 use super::*;
+use crate::outcome::Outcome;
 
 /// A refusal: HTTP status, outcome name, message, extra fields.
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     pub message: String,
     /// Fields added to the body (a Vec, not a map: it keeps the error small).
     pub extra: Vec<(&'static str, Value)>,
@@ -16,7 +17,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, outcome: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, outcome: Outcome, message: impl Into<String>) -> Self {
         Self {
             status,
             outcome,
@@ -27,7 +28,7 @@ impl ApiError {
     }
 
     pub(super) fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
+        Self::new(StatusCode::BAD_REQUEST, Outcome::BadRequest, message)
     }
 
     pub(super) fn with(mut self, field: &'static str, value: impl Into<Value>) -> Self {
@@ -49,15 +50,16 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = serde_json::Map::new();
-        body.insert("status".into(), self.outcome.into());
+        body.insert("status".into(), self.outcome.as_str().into());
         body.insert("error".into(), self.message.into());
         body.extend(self.extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
         let mut response = (self.status, Json(Value::Object(body))).into_response();
         // Proxies (the `baton dev` front door) route on the outcome without
         // parsing the body.
-        response
-            .headers_mut()
-            .insert(OUTCOME_HEADER, HeaderValue::from_static(self.outcome));
+        response.headers_mut().insert(
+            OUTCOME_HEADER,
+            HeaderValue::from_static(self.outcome.as_str()),
+        );
         if let Some(after) = self.retry_after {
             // Whole seconds, rounded up: 0 would mean "now".
             let secs = after.as_millis().div_ceil(1000).max(1);
@@ -73,10 +75,14 @@ impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         match e {
             AuthError::BadTenant(_) => Self::bad_request(e.to_string()),
-            AuthError::Missing | AuthError::Unknown => {
-                Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", e.to_string())
+            AuthError::Missing | AuthError::Unknown => Self::new(
+                StatusCode::UNAUTHORIZED,
+                Outcome::Unauthorized,
+                e.to_string(),
+            ),
+            AuthError::NotAdmin => {
+                Self::new(StatusCode::FORBIDDEN, Outcome::Forbidden, e.to_string())
             }
-            AuthError::NotAdmin => Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", e.to_string()),
         }
     }
 }
@@ -86,17 +92,17 @@ impl From<StoreError> for ApiError {
         let message = e.to_string();
         match e {
             StoreError::TooLarge { .. } => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "TOO_LARGE", message)
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, Outcome::TooLarge, message)
             }
             StoreError::InvalidId(_) => Self::bad_request(message),
             StoreError::Unavailable(_) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "STORE_UNAVAILABLE",
+                Outcome::StoreUnavailable,
                 message,
             )
             .retry_after(Duration::from_secs(1)),
             StoreError::Corrupt(_) => {
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "CORRUPT", message)
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, Outcome::Corrupt, message)
             }
         }
     }
@@ -176,9 +182,9 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> A
     let body = body.map_err(|rejection| {
         let status = rejection.status();
         let outcome = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "TOO_LARGE"
+            Outcome::TooLarge
         } else {
-            "BAD_REQUEST"
+            Outcome::BadRequest
         };
         ApiError::new(
             status,
@@ -193,7 +199,7 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> A
         if inner.is_data() {
             ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID",
+                Outcome::Invalid,
                 format!("field {path}: {inner}"),
             )
             .with("field", path)

@@ -7,6 +7,7 @@
 //! in `turns.rs`, `sessions.rs` and `admin.rs` (admin, probes, metrics);
 //! `errors.rs` maps every failure to its refusal and parses bodies.
 
+use crate::outcome::Outcome;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +59,7 @@ pub struct Api<S> {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such route")
+    ApiError::new(StatusCode::NOT_FOUND, Outcome::NotFound, "no such route")
 }
 
 /// A known route asked with a method it does not serve: the same JSON
@@ -66,7 +67,7 @@ async fn not_found() -> ApiError {
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "METHOD_NOT_ALLOWED",
+        Outcome::MethodNotAllowed,
         format!("{} does not serve {method}", uri.path()),
     )
 }
@@ -86,7 +87,7 @@ async fn announced_length(
     match announced {
         Some(length) if length > limit as u64 => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "TOO_LARGE",
+            Outcome::TooLarge,
             format!("request body: {length} bytes; the limit is {limit}"),
         )
         .into_response(),

@@ -2,6 +2,7 @@
 //! the files of its committed workspace.
 
 use super::*;
+use crate::outcome::Outcome;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct SessionQuery {
@@ -20,7 +21,7 @@ pub(super) async fn get_session<S: TurnStore + SessionCatalog + 'static>(
     let Some(view) = store.session(&key).await? else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "NOT_FOUND",
+            Outcome::NotFound,
             format!("session {key} has no state"),
         ));
     };
@@ -51,7 +52,7 @@ pub(super) async fn committed_workspace<S: TurnStore>(
         Some(s) => Ok((s.version, s.workspace)),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "NOT_FOUND",
+            Outcome::NotFound,
             format!("session {key} has no state"),
         )),
     }
@@ -96,7 +97,7 @@ pub(super) async fn get_file<S: TurnStore + SessionCatalog + 'static>(
     let missing = || {
         ApiError::new(
             StatusCode::NOT_FOUND,
-            "NOT_FOUND",
+            Outcome::NotFound,
             format!("session {key} has no file {name:?}"),
         )
     };

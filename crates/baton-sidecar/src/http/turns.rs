@@ -2,6 +2,7 @@
 //! `POST /api/chat`.
 
 use super::*;
+use crate::outcome::Outcome;
 
 /// The body of `POST /v1/sessions/{session}/turns`.
 #[derive(Debug, Deserialize)]
@@ -46,7 +47,7 @@ impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
         if input.len() > self.max_input_bytes {
             return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "TOO_LARGE",
+                Outcome::TooLarge,
                 format!(
                     "field input: {} bytes; the limit is {}",
                     input.len(),
@@ -58,7 +59,7 @@ impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
         if input.trim().is_empty() {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID",
+                Outcome::Invalid,
                 "field input: must not be empty",
             )
             .with("field", "input"));
@@ -66,7 +67,7 @@ impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
         if turn_seq == Some(0) {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID",
+                Outcome::Invalid,
                 "field turnSeq: turns count from 1",
             )
             .with("field", "turnSeq"));
@@ -105,7 +106,7 @@ pub(super) async fn run_to_completion<S: TurnStore + SessionCatalog + 'static>(
         Ok(result) => result.map_err(ApiError::from),
         Err(e) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "INTERNAL",
+            Outcome::Internal,
             format!("the turn task failed: {e}"),
         )),
     }
@@ -126,7 +127,12 @@ struct AnswerBody<'a> {
 
 pub(super) fn answer_json(api_replica: &str, a: TurnAnswer) -> Response {
     Json(AnswerBody {
-        status: if a.duplicate { "DUPLICATE" } else { "OK" },
+        status: if a.duplicate {
+            Outcome::Duplicate
+        } else {
+            Outcome::Ok
+        }
+        .as_str(),
         reply: &a.reply,
         turn_seq: a.turn_seq,
         state_version: a.version,
