@@ -176,3 +176,43 @@ async fn the_replica_holding_a_session_is_one_request_away() {
         held.holder
     );
 }
+
+/// `baton dev`'s own routes and its front door refuse in the sidecar's
+/// JSON shape too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baton_devs_refusals_are_json_with_their_outcome() {
+    let _serial = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    for (method, path, status, outcome) in [
+        (
+            reqwest::Method::GET,
+            "/v1/dev/rollout",
+            405,
+            "METHOD_NOT_ALLOWED",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/dev/replicas",
+            405,
+            "METHOD_NOT_ALLOWED",
+        ),
+        (reqwest::Method::GET, "/api/chat", 405, "METHOD_NOT_ALLOWED"),
+        (reqwest::Method::GET, "/v1/nowhere", 404, "NOT_FOUND"),
+    ] {
+        let answer = dev
+            .http
+            .request(method.clone(), format!("{}{path}", dev.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{method} {path}");
+        assert_eq!(
+            answer.headers()["x-baton-outcome"],
+            outcome,
+            "{method} {path}"
+        );
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["status"], outcome, "{method} {path}: {body}");
+        assert!(body["error"].is_string(), "{body}");
+    }
+}

@@ -187,8 +187,18 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
         (reqwest::Method::GET, "/v1/sessions/s-1/turns"),
         (reqwest::Method::DELETE, "/v1/sessions/s-1"),
         (reqwest::Method::PUT, "/v1/sessions/s-1/files"),
+        (reqwest::Method::POST, "/v1/sessions/s-1/files/notes.md"),
         (reqwest::Method::POST, "/healthz"),
+        (reqwest::Method::POST, "/readyz"),
+        (reqwest::Method::POST, "/metrics"),
         (reqwest::Method::GET, "/v1/admin/drain"),
+        (reqwest::Method::POST, "/v1/admin/prestop"),
+        (reqwest::Method::POST, "/v1/admin/status"),
+        (reqwest::Method::GET, "/v1/admin/handover"),
+        (
+            reqwest::Method::GET,
+            "/v1/admin/tenants/default/sessions/s-1/takeover",
+        ),
     ] {
         let (status, body, headers) =
             send(http.request(method.clone(), format!("{}{path}", replica.url))).await;
@@ -202,6 +212,20 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
             "{body}"
         );
         assert_eq!(headers["x-baton-outcome"], "METHOD_NOT_ALLOWED");
+    }
+    // axum's own refusals (a query or path it cannot read) too.
+    for path in ["/v1/sessions/s-1?state=yes", "/v1/sessions/%FF%FE"] {
+        let (status, body, headers) = send(http.get(format!("{}{path}", replica.url))).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (400, Some("BAD_REQUEST")),
+            "{path}: {body}"
+        );
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{body}"
+        );
+        assert_eq!(headers["x-baton-outcome"], "BAD_REQUEST");
     }
 
     // Nothing that was committed was lost.

@@ -27,6 +27,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::watch;
 
+use baton_sidecar::outcome::Outcome;
 pub use config::{DevArgs, DevCommand};
 use front_door::FrontDoor;
 use readiness::{Probe, ProbeHistory, Readiness};
@@ -113,6 +114,10 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     let app = Router::new()
         .route("/v1/dev/replicas", get(list_replicas))
         .route("/v1/dev/rollout", post(post_rollout))
+        .method_not_allowed_fallback(baton_sidecar::http::method_not_allowed)
+        .layer(axum::middleware::from_fn(
+            baton_sidecar::http::json_refusals,
+        ))
         .with_state(dev.clone())
         .merge(baton_web::server::router(dashboard))
         .fallback_service(
@@ -294,12 +299,17 @@ async fn list_replicas(
     };
     let owner = match lease_owner(&dev, &all, &session).await {
         Ok(owner) => owner,
-        Err(e) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "status": baton_sidecar::outcome::Outcome::ReplicaFailed.as_str(), "error": e })),
+        Err((status, outcome, error)) => {
+            let mut refused = (
+                status,
+                Json(json!({ "status": outcome.as_str(), "error": error })),
             )
                 .into_response();
+            refused.headers_mut().insert(
+                baton_sidecar::http::OUTCOME_HEADER,
+                axum::http::HeaderValue::from_static(outcome.as_str()),
+            );
+            return refused;
         }
     };
     // A holder is the replica's id plus a suffix per process start.
@@ -320,20 +330,32 @@ async fn lease_owner(
     dev: &Dev,
     replicas: &[replica::ReplicaStatus],
     session: &str,
-) -> Result<Option<String>, String> {
-    let replica = replicas
-        .iter()
-        .find(|r| r.ready)
-        .ok_or("no replica is ready")?;
-    let mut url = reqwest::Url::parse(&replica.url).map_err(|e| e.to_string())?;
+) -> Result<Option<String>, (StatusCode, Outcome, String)> {
+    let failed = |e: String| (StatusCode::BAD_GATEWAY, Outcome::ReplicaFailed, e);
+    let replica = replicas.iter().find(|r| r.ready).ok_or_else(|| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::NoReplica,
+            "no replica is ready; retry shortly".to_owned(),
+        )
+    })?;
+    let mut url = reqwest::Url::parse(&replica.url).map_err(|e| failed(e.to_string()))?;
     url.path_segments_mut()
-        .map_err(|()| "replica url".to_owned())?
+        .map_err(|()| failed("replica url".to_owned()))?
         .extend(["v1", "sessions", session]);
-    let answer = dev.http.get(url).send().await.map_err(|e| e.to_string())?;
+    let answer = dev
+        .http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| failed(format!("{}: {e}", replica.id)))?;
     if answer.status() == StatusCode::NOT_FOUND {
         return Ok(None);
     }
-    let body: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
+    let body: serde_json::Value = answer
+        .json()
+        .await
+        .map_err(|e| failed(format!("{}: {e}", replica.id)))?;
     Ok(body["lease"]["owner"].as_str().map(String::from))
 }
 
@@ -341,7 +363,7 @@ async fn post_rollout(State(dev): State<Arc<Dev>>) -> Response {
     let Ok(one_at_a_time) = dev.rolling.clone().try_lock_owned() else {
         return (
             StatusCode::CONFLICT,
-            Json(json!({ "status": "ROLLOUT_RUNNING", "error": "a rollout is already running" })),
+            Json(json!({ "status": Outcome::RolloutRunning.as_str(), "error": "a rollout is already running" })),
         )
             .into_response();
     };
@@ -358,7 +380,7 @@ async fn post_rollout(State(dev): State<Arc<Dev>>) -> Response {
         Ok(steps) => Json(json!({ "status": "OK", "replaced": steps })).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            Json(json!({ "status": "ROLLOUT_FAILED", "error": e })),
+            Json(json!({ "status": Outcome::RolloutFailed.as_str(), "error": e })),
         )
             .into_response(),
     }

@@ -68,6 +68,9 @@ impl std::error::Error for NeverReady {}
 const RESTART_FIRST: Duration = Duration::from_millis(200);
 const RESTART_CAP: Duration = Duration::from_secs(5);
 const STAYED_UP: Duration = Duration::from_secs(10);
+/// A replica that has never been ready and died this many starts in a row
+/// stops `baton dev`.
+const NEVER_READY_STARTS: u32 = 3;
 
 /// Why a replica's processes stopped.
 enum Stop {
@@ -200,30 +203,51 @@ impl ReplicaSlot {
         Ok((agent, sidecar))
     }
 
-    /// The last lines of one of the replica's logs.
-    fn log_tail(&self, args: &DevArgs, name: &str) -> String {
-        let path = args.data_dir.join("replicas").join(&self.id).join(name);
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
+    fn log_path(&self, args: &DevArgs, name: &str) -> PathBuf {
+        args.data_dir.join("replicas").join(&self.id).join(name)
+    }
+
+    /// How long each log is now: what the next start writes comes after.
+    fn log_lengths(&self, args: &DevArgs) -> [u64; 2] {
+        ["sidecar.log", "agent.log"]
+            .map(|name| std::fs::metadata(self.log_path(args, name)).map_or(0, |m| m.len()))
+    }
+
+    /// The last lines one of the replica's logs got since `from`.
+    fn log_tail(&self, args: &DevArgs, name: &str, from: [u64; 2]) -> String {
+        let path = self.log_path(args, name);
+        let skip = if name == "sidecar.log" {
+            from[0]
+        } else {
+            from[1]
+        };
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let text = String::from_utf8_lossy(bytes.get(skip as usize..).unwrap_or_default());
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(5)..].join("\n");
         format!("--- {} (last lines) ---\n{tail}", path.display())
     }
 
     /// Keeps the replica's processes running until `shutdown`. Returns
-    /// an error, and stops trying, when its first processes die before
-    /// they were ever ready: a configuration problem that restarts would
-    /// only repeat.
+    /// an error, and stops trying, when its processes died before they
+    /// were ever ready three starts in a row: a configuration problem that
+    /// restarts would only repeat.
     pub async fn supervise(
         &self,
         launcher: &Launcher,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), NeverReady> {
-        let mut first_run = true;
+        // Starts that died before they were ever ready, in a row. One can
+        // be bad luck (a port taken between its pick and the bind); a
+        // setting the sidecar refuses fails every time.
+        let mut unready_deaths = 0;
+        let mut ever_ready = false;
         let mut backoff = RESTART_FIRST;
         loop {
             if *shutdown.borrow() {
                 return Ok(());
             }
+            let logged_before = self.log_lengths(&launcher.args);
             let (mut agent, mut sidecar) = match self.spawn(launcher) {
                 Ok(children) => children,
                 Err(e) => {
@@ -269,13 +293,21 @@ impl ReplicaSlot {
                 }
             }
             let was_ready = self.ready_once.load(std::sync::atomic::Ordering::Relaxed);
+            ever_ready |= was_ready;
+            unready_deaths = if was_ready { 0 } else { unready_deaths + 1 };
             match stop {
-                Stop::Died(log, why) if first_run && !was_ready => {
+                Stop::Died(log, why) if !ever_ready && unready_deaths >= NEVER_READY_STARTS => {
                     return Err(NeverReady {
                         replica: self.id.clone(),
                         why,
-                        log_tail: self.log_tail(&launcher.args, log),
+                        log_tail: self.log_tail(&launcher.args, log, logged_before),
                     });
+                }
+                Stop::Died(_, why) if !ever_ready => {
+                    // Quietly: a setting it refuses is reported once, above.
+                    tracing::debug!(replica = %self.id, %why, "died before it was ready; starting it again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RESTART_CAP);
                 }
                 Stop::Died(_, why) => {
                     if started.elapsed() > STAYED_UP {
@@ -292,7 +324,6 @@ impl ReplicaSlot {
                 Stop::Replace => {}
                 Stop::Shutdown => return Ok(()),
             }
-            first_run = false;
         }
     }
 }

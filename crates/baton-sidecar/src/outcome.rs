@@ -58,6 +58,10 @@ outcomes! {
     ReplicaFailed => "REPLICA_FAILED",
     /// `baton dev`'s front door: no replica is ready.
     NoReplica => "NO_REPLICA",
+    /// `baton dev rollout`: another rollout runs.
+    RolloutRunning => "ROLLOUT_RUNNING",
+    /// `baton dev rollout`: a replica did not come back.
+    RolloutFailed => "ROLLOUT_FAILED",
 }
 
 impl std::fmt::Display for Outcome {

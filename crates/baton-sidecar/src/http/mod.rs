@@ -64,12 +64,13 @@ async fn not_found() -> ApiError {
 
 /// A known route asked with a method it does not serve: the same JSON
 /// error shape as every other refusal (axum's default has no body).
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         Outcome::MethodNotAllowed,
         format!("{} does not serve {method}", uri.path()),
     )
+    .into_response()
 }
 
 /// Refuses a body whose announced length is over the limit before reading
@@ -93,6 +94,32 @@ async fn announced_length(
         .into_response(),
         _ => next.run(request).await,
     }
+}
+
+/// axum's own refusals (a query or path parameter it cannot read) are
+/// plain text: give them the JSON error shape and the outcome header that
+/// every other refusal has, keeping their status and message.
+pub async fn json_refusals(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if !status.is_client_error() || response.headers().contains_key(OUTCOME_HEADER) {
+        return response;
+    }
+    let outcome = match status {
+        StatusCode::NOT_FOUND => Outcome::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => Outcome::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => Outcome::TooLarge,
+        StatusCode::UNPROCESSABLE_ENTITY => Outcome::Invalid,
+        _ => Outcome::BadRequest,
+    };
+    let body = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let message = String::from_utf8_lossy(&body).trim().to_owned();
+    ApiError::new(status, outcome, message).into_response()
 }
 
 /// A draining replica closes every connection after its answer: a client
@@ -135,6 +162,7 @@ pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Rout
         .route("/metrics", get(metrics::<S>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(json_refusals))
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
             close_when_draining::<S>,
