@@ -103,6 +103,8 @@ pub struct ClusterOptions {
     pub drain_timeout: &'static str,
     /// More flags for `baton dev`.
     pub extra_args: Vec<String>,
+    /// More environment for `baton dev`.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ClusterOptions {
@@ -114,6 +116,7 @@ impl Default for ClusterOptions {
             heartbeat_interval: "250ms",
             drain_timeout: "10s",
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -210,7 +213,8 @@ impl Cluster {
                 options.heartbeat_interval
             ))
             .arg(format!("--drain-timeout={}", options.drain_timeout))
-            .args(&options.extra_args);
+            .args(&options.extra_args)
+            .envs(options.env.iter().map(|(k, v)| (k, v)));
         if let Some(real) = &real {
             cmd.args(&real.args);
             // The replicas inherit it: on real stores every sidecar runs two

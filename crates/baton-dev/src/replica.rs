@@ -163,6 +163,24 @@ impl ReplicaSlot {
 
         let sidecar_log = self.log_file(args, "sidecar.log")?;
         let mut sidecar = Command::new(&launcher.exe);
+        // `baton dev`'s flags alone choose the stores: a BATON_REDIS_URL
+        // (say) left in the shell would otherwise send the replicas to
+        // Redis while the banner and the dashboard say the embedded store.
+        for store_setting in [
+            "BATON_REDIS_URL",
+            "BATON_DATABASE_URL",
+            "BATON_SQLITE_PATH",
+            "BATON_STORE_NAMESPACE",
+            "BATON_OBJECTS_DIR",
+            "BATON_S3_ENDPOINT",
+            "BATON_S3_BUCKET",
+            "BATON_S3_REGION",
+            "BATON_S3_ACCESS_KEY_ID",
+            "BATON_S3_SECRET_ACCESS_KEY",
+            "BATON_S3_FORCE_PATH_STYLE",
+        ] {
+            sidecar.env_remove(store_setting);
+        }
         sidecar
             .arg("sidecar")
             .arg(format!("--replica-id={}", self.id))
