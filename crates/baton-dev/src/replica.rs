@@ -255,7 +255,7 @@ impl ReplicaSlot {
         launcher: &Launcher,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), NeverReady> {
-        // Starts that died before they were ever ready, in a row. One can
+        // Starts that died before any start was ever ready. One can
         // be bad luck (a port taken between its pick and the bind); a
         // setting the sidecar refuses fails every time.
         let mut unready_deaths = 0;
@@ -312,30 +312,29 @@ impl ReplicaSlot {
             }
             let was_ready = self.ready_once.load(std::sync::atomic::Ordering::Relaxed);
             ever_ready |= was_ready;
-            unready_deaths = if was_ready { 0 } else { unready_deaths + 1 };
             match stop {
-                Stop::Died(log, why) if !ever_ready && unready_deaths >= NEVER_READY_STARTS => {
-                    return Err(NeverReady {
-                        replica: self.id.clone(),
-                        why,
-                        log_tail: self.log_tail(&launcher.args, log, logged_before),
-                    });
-                }
-                Stop::Died(_, why) if !ever_ready => {
-                    // Quietly: a setting it refuses is reported once, above.
-                    tracing::debug!(replica = %self.id, %why, "died before it was ready; starting it again");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(RESTART_CAP);
-                }
-                Stop::Died(_, why) => {
-                    if started.elapsed() > STAYED_UP {
-                        backoff = RESTART_FIRST;
+                Stop::Died(log, why) => {
+                    if !ever_ready {
+                        unready_deaths += 1;
+                        if unready_deaths >= NEVER_READY_STARTS {
+                            return Err(NeverReady {
+                                replica: self.id.clone(),
+                                why,
+                                log_tail: self.log_tail(&launcher.args, log, logged_before),
+                            });
+                        }
+                        // Quietly: a refused setting is reported once, on giving up.
+                        tracing::debug!(replica = %self.id, %why, "died before it was ready; starting it again");
+                    } else {
+                        if started.elapsed() > STAYED_UP {
+                            backoff = RESTART_FIRST;
+                        }
+                        eprintln!(
+                            "baton dev: {} died: {why}; restarting in {} ms",
+                            self.id,
+                            backoff.as_millis()
+                        );
                     }
-                    eprintln!(
-                        "baton dev: {} died: {why}; restarting in {} ms",
-                        self.id,
-                        backoff.as_millis()
-                    );
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(RESTART_CAP);
                 }
