@@ -3,18 +3,20 @@
 //! `redis://host:port/db` (and `unix://`) is one server, through a
 //! reconnecting [`ConnectionManager`]. `redis+cluster://host1:port1,host2:
 //! port2/` names a cluster by seed nodes (any reachable one will do; the
-//! client learns the rest), through redis-rs's cluster client, which routes
-//! every command and pipeline by its keys' slot and follows MOVED and ASK
-//! redirections while slots move. Both are one [`Conn`], so the protocol
-//! code sends the same commands either way; what differs on a cluster is
-//! which keys a pipeline may hold (one slot each: see `slots.rs`).
+//! client learns the rest), through Baton's cluster client (`cluster.rs`),
+//! which routes every command and pipeline by its keys' slot and follows
+//! MOVED and ASK redirections while slots move. Both are one [`Conn`], so
+//! the protocol code sends the same commands either way; what differs on a
+//! cluster is which keys a pipeline may hold (one slot each: see
+//! `slots.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo as _, Pipeline, RedisFuture, Value};
+
+use super::cluster::Cluster;
 
 use crate::store::{StoreError, StoreResult};
 
@@ -95,7 +97,7 @@ fn redact(url: &str) -> String {
 #[derive(Clone)]
 pub enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
 }
 
 /// How long connecting and each answer may take before the command fails
@@ -131,18 +133,19 @@ impl Conn {
                     .map_err(unavailable)
             }
             RedisTarget::Cluster { seeds } => {
-                // The client's own retry schedule covers redirections and a
-                // failover in progress. (A tighter one, 8 retries 50 ms to
-                // 1 s apart, left it timing out every command, on every
-                // master, after a master was killed: tests/cluster.rs.)
-                let client = redis::cluster::ClusterClient::builder(seeds)
-                    .tcp_settings(tcp)
-                    .connection_timeout(CONNECTION_TIMEOUT)
-                    .response_timeout(RESPONSE_TIMEOUT)
-                    .build()
+                let seeds = seeds
+                    .iter()
+                    .map(|seed| {
+                        seed.as_str()
+                            .into_connection_info()
+                            .map(|info| info.set_tcp_settings(tcp.clone()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
                     .map_err(unavailable)?;
-                client
-                    .get_async_connection()
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
+                Cluster::connect(seeds, config)
                     .await
                     .map(Self::Cluster)
                     .map_err(unavailable)
@@ -165,12 +168,19 @@ pub fn requests_sent() -> u64 {
     REQUESTS.load(Ordering::Relaxed)
 }
 
+/// One more request sent (a cluster counts each node it sends to).
+pub(super) fn count_request() {
+    REQUESTS.fetch_add(1, Ordering::Relaxed);
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        REQUESTS.fetch_add(1, Ordering::Relaxed);
         match self {
-            Self::Single(c) => c.req_packed_command(cmd),
-            Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Single(c) => {
+                count_request();
+                c.req_packed_command(cmd)
+            }
+            Self::Cluster(c) => Box::pin(c.command(cmd)),
         }
     }
 
@@ -180,17 +190,19 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        REQUESTS.fetch_add(1, Ordering::Relaxed);
         match self {
-            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Single(c) => {
+                count_request();
+                c.req_packed_commands(pipeline, offset, count)
+            }
+            Self::Cluster(c) => Box::pin(c.pipeline(pipeline, offset, count)),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Single(c) => c.get_db(),
-            Self::Cluster(c) => c.get_db(),
+            Self::Cluster(_) => 0,
         }
     }
 }

@@ -47,6 +47,7 @@ use crate::model::{
 use crate::store::{StoreError, StoreResult, TurnStore};
 use crate::turn_record;
 
+mod cluster;
 mod conn;
 mod keys;
 mod known;

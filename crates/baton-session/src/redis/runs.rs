@@ -6,11 +6,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use redis::Value;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-
+use super::cluster::SlotMap;
 use super::conn::Conn;
-use super::slots::{SLOTS, slot_of_bucket};
+use super::slots::slot_of_bucket;
 use super::{corrupt, run_id, unavailable};
 use crate::store::StoreResult;
 
@@ -89,22 +87,18 @@ impl RunView {
     }
 }
 
-/// The masters of a cluster: the slot ranges each serves and its run.
+/// The masters of a cluster: the slots each serves and its run.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Topology {
-    /// (first slot, last slot, master address `host:port`).
-    ranges: Vec<(u16, u16, String)>,
+    slots: Arc<SlotMap>,
     /// Master address → its run id.
-    runs: HashMap<String, Arc<str>>,
+    runs: HashMap<Arc<str>, Arc<str>>,
 }
 
 impl Topology {
     /// The master serving `slot`, if any does.
     pub fn master_of(&self, slot: u16) -> Option<&str> {
-        self.ranges
-            .iter()
-            .find(|(first, last, _)| *first <= slot && slot <= *last)
-            .map(|(_, _, addr)| addr.as_str())
+        self.slots.master_of(slot).map(|m| &**m)
     }
 
     pub fn run_of_bucket(&self, bucket: u16) -> Option<Arc<str>> {
@@ -129,20 +123,15 @@ impl Topology {
     }
 }
 
-/// Reads the cluster's slot map (`CLUSTER SLOTS`: every Redis since 3.0
-/// and the managed ones answer it) and every master's run (`INFO server`,
-/// which the cluster client sends to all masters), in two round trips.
+/// Reads the cluster's slot map again (`CLUSTER SLOTS`: every Redis since
+/// 3.0 and the managed ones answer it) and every master's run (`INFO
+/// server`, all masters at once).
 pub(super) async fn read_topology(conn: &Conn) -> StoreResult<Topology> {
     let Conn::Cluster(cluster) = conn else {
         return Err(corrupt("a cluster topology asked of a single server"));
     };
-    let slots: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut cluster.clone())
-        .await
-        .map_err(unavailable)?;
     let mut topology = Topology {
-        ranges: parse_slots(&slots)?,
+        slots: cluster.refresh().await.map_err(unavailable)?,
         ..Topology::default()
     };
     for (addr, text) in info_of_every_master(conn, &topology, "server").await {
@@ -161,32 +150,17 @@ pub(super) async fn info_of_every_master(
     conn: &Conn,
     topology: &Topology,
     section: &str,
-) -> Vec<(String, String)> {
+) -> Vec<(Arc<str>, String)> {
     let Conn::Cluster(cluster) = conn else {
         return Vec::new();
     };
-    let mut masters: Vec<String> = topology.ranges.iter().map(|(_, _, a)| a.clone()).collect();
-    masters.sort();
-    masters.dedup();
-    let reads: Vec<_> = masters
-        .into_iter()
-        .filter_map(|addr| {
-            let (host, port) = addr.rsplit_once(':')?;
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                host: host.to_owned(),
-                port: port.parse().ok()?,
-            });
-            let mut cluster = cluster.clone();
-            let mut info = redis::cmd("INFO");
-            info.arg(section);
-            Some(async move {
-                let answer =
-                    tokio::time::timeout(MASTER_DEADLINE, cluster.route_command(info, routing))
-                        .await;
-                (addr, answer)
-            })
-        })
-        .collect();
+    let mut info = redis::cmd("INFO");
+    info.arg(section);
+    let info = &info;
+    let reads = topology.slots.masters().iter().map(|addr| async move {
+        let answer = tokio::time::timeout(MASTER_DEADLINE, cluster.on_node(addr, info)).await;
+        (addr.clone(), answer)
+    });
     futures::future::join_all(reads)
         .await
         .into_iter()
@@ -199,37 +173,3 @@ pub(super) async fn info_of_every_master(
 
 /// How long one master gets to say its run.
 const MASTER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// `CLUSTER SLOTS`: `[[first, last, [host, port, id, ...], replicas...], ...]`.
-fn parse_slots(value: &Value) -> StoreResult<Vec<(u16, u16, String)>> {
-    let bad = || corrupt(format!("CLUSTER SLOTS answered {value:?}"));
-    let Value::Array(entries) = value else {
-        return Err(bad());
-    };
-    let mut ranges = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let Value::Array(fields) = entry else {
-            return Err(bad());
-        };
-        let number = |v: Option<&Value>| match v {
-            Some(Value::Int(n)) => u16::try_from(*n).ok().filter(|n| *n < SLOTS),
-            _ => None,
-        };
-        let (Some(first), Some(last)) = (number(fields.first()), number(fields.get(1))) else {
-            return Err(bad());
-        };
-        let Some(Value::Array(master)) = fields.get(2) else {
-            return Err(bad());
-        };
-        let host: String = master
-            .first()
-            .and_then(|h| redis::from_redis_value_ref(h).ok())
-            .ok_or_else(bad)?;
-        let port = match master.get(1) {
-            Some(Value::Int(p)) => *p,
-            _ => return Err(bad()),
-        };
-        ranges.push((first, last, format!("{host}:{port}")));
-    }
-    Ok(ranges)
-}
