@@ -35,12 +35,24 @@ fn on_process_exit(cleanup: &str, server: Option<u32>) {
         .spawn();
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, and that no other call
+/// in this process has returned. The kernel may hand a released port out
+/// again at once; a test that killed its server and starts it again on the
+/// same port (`RedisServer::restart`) must not find another test's server
+/// there, nor may a cluster node's bus port become a server's port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Polls `condition` until it holds or `timeout` passes; panics with `what` then.
@@ -149,7 +161,34 @@ fn start_redis_server(mut command: Command, port: u16, what: &str) -> Child {
         &format!("{what} to answer PING"),
         || redis_ping(port),
     );
+    // Another process's server on the port would answer PING too; this one
+    // would then have failed to bind and exited.
+    let answering = redis_process_id(port);
+    assert_eq!(
+        answering,
+        Some(pid),
+        "{what} on port {port}: another redis-server answers there"
+    );
     child
+}
+
+/// The `process_id` that `INFO server` on `port` reports.
+fn redis_process_id(port: u16) -> Option<u32> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"INFO server\r\n").ok()?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:")?.trim().parse().ok())
 }
 
 fn redis_ping(port: u16) -> bool {
