@@ -86,6 +86,9 @@ struct Inner {
     nodes: Mutex<HashMap<Arc<str>, Arc<Node>>>,
     /// One re-read of the slot map at a time; when the last one ended.
     refreshed: tokio::sync::Mutex<Option<Instant>>,
+    /// Requests this client sent (its tests count them; the process-wide
+    /// count is `conn::requests_sent`).
+    sent: std::sync::atomic::AtomicU64,
 }
 
 impl Cluster {
@@ -100,6 +103,7 @@ impl Cluster {
             map: RwLock::new(Arc::new(SlotMap::default())),
             nodes: Mutex::default(),
             refreshed: tokio::sync::Mutex::new(None),
+            sent: std::sync::atomic::AtomicU64::new(0),
         }));
         cluster.refresh().await?;
         Ok(cluster)
@@ -209,6 +213,138 @@ impl Cluster {
         }
     }
 
+    /// Runs each of `pipelines` (each naming keys of one slot) as
+    /// `query_async` would, sending all of one master's in one request:
+    /// what the ledger shipper and the sweeper send for many buckets at
+    /// once. A pipeline refused inside the combined request (its slot
+    /// moving or failing over) is sent again alone, through
+    /// [`Self::request`]'s redirections and retries: so each must be a
+    /// transaction (a refused one ran nothing) or safe to run twice.
+    pub async fn query_each<T: redis::FromRedisValue>(
+        &self,
+        pipelines: &[Pipeline],
+    ) -> Vec<RedisResult<T>> {
+        let map = self.slot_map();
+        let mut by_master: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        for (i, pipeline) in pipelines.iter().enumerate() {
+            if let Some(master) =
+                slot_of_request(Request::Pipeline(pipeline, 0, 0)).and_then(|s| map.master_of(s))
+            {
+                by_master.entry(master.clone()).or_default().push(i);
+            }
+        }
+        let mut raw: Vec<Option<RedisResult<Vec<Value>>>> =
+            (0..pipelines.len()).map(|_| None).collect();
+        let combined = by_master
+            .iter()
+            .filter(|(_, members)| members.len() > 1)
+            .map(|(addr, members)| async move {
+                (members, self.combined(addr, pipelines, members).await)
+            });
+        for (members, outcome) in futures::future::join_all(combined).await {
+            match outcome {
+                Ok(parts) => {
+                    for (&i, part) in members.iter().zip(parts) {
+                        raw[i] = part.map(Ok);
+                    }
+                }
+                // Some may have run: none is sent again.
+                Err(Failure::Sent(e)) => {
+                    self.refresh_soon();
+                    for &i in members {
+                        raw[i] = Some(Err(e.clone()));
+                    }
+                }
+                Err(Failure::NotSent(_)) => {}
+            }
+        }
+        let alone: Vec<usize> = (0..pipelines.len()).filter(|&i| raw[i].is_none()).collect();
+        let sent_alone = alone.iter().map(|&i| {
+            let pipeline = &pipelines[i];
+            let (offset, count) = query_span(pipeline);
+            self.pipeline(pipeline, offset, count)
+        });
+        for (i, answer) in alone
+            .iter()
+            .zip(futures::future::join_all(sent_alone).await)
+        {
+            raw[*i] = Some(answer);
+        }
+        let mut answers = Vec::with_capacity(pipelines.len());
+        for (pipeline, raw) in pipelines.iter().zip(raw) {
+            answers.push(match raw {
+                Some(Ok(values)) => pipeline.query_async(&mut Replay(Some(values))).await,
+                Some(Err(e)) => Err(e),
+                None => Err(client_error("a pipeline left unsent")),
+            });
+        }
+        answers
+    }
+
+    /// `members` of `pipelines` in one request to `addr`: each one's
+    /// replies as `query_async` asks for them, or `None` where the cluster
+    /// refused it.
+    async fn combined(
+        &self,
+        addr: &str,
+        pipelines: &[Pipeline],
+        members: &[usize],
+    ) -> Result<Vec<Option<Vec<Value>>>, Failure> {
+        let mut combined = redis::pipe();
+        for &i in members {
+            let pipeline = &pipelines[i];
+            if pipeline.is_transaction() {
+                combined.cmd("MULTI");
+            }
+            for cmd in pipeline.cmd_iter() {
+                combined.add_command(cmd.clone());
+            }
+            if pipeline.is_transaction() {
+                combined.cmd("EXEC");
+            }
+        }
+        let request = Request::Pipeline(&combined, 0, combined.len());
+        let Reply::Many(values) = self.send(addr, request, false).await? else {
+            return Err(Failure::Sent(client_error(
+                "a pipeline answered as one command",
+            )));
+        };
+        if values.len() != combined.len() {
+            return Err(Failure::Sent(client_error(format!(
+                "{} replies to a pipeline of {}",
+                values.len(),
+                combined.len()
+            ))));
+        }
+        let mut values = values.into_iter();
+        let parts = members
+            .iter()
+            .map(|&i| {
+                let pipeline = &pipelines[i];
+                let transaction = pipeline.is_transaction();
+                let sent = pipeline.len() + if transaction { 2 } else { 0 };
+                let mut part: Vec<Value> = values.by_ref().take(sent).collect();
+                let refusal = part.iter().find_map(|value| match value {
+                    Value::ServerError(e) => Refusal::of_server_error(e),
+                    _ => None,
+                });
+                // Sent again alone, straight to where a MOVED points.
+                if let Some(Refusal::Moved { slot, to }) = &refusal {
+                    self.learn_moved(*slot, with_host(to, host_of(addr)).into());
+                    self.refresh_soon();
+                }
+                let refused = refusal.is_some();
+                match (refused, transaction) {
+                    (true, _) => None,
+                    // A transaction's answer is its EXEC's.
+                    (false, true) => part.pop().map(|exec| vec![exec]),
+                    (false, false) => Some(part),
+                }
+            })
+            .collect();
+        Ok(parts)
+    }
+
     /// Routes `request` by its slot and follows the cluster's answers (see
     /// the module's comment).
     async fn request(&self, request: Request<'_>) -> RedisResult<Reply> {
@@ -314,6 +450,18 @@ impl Cluster {
         }
     }
 
+    fn count_request(&self) {
+        self.0
+            .sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        super::conn::count_request();
+    }
+
+    #[cfg(test)]
+    fn requests_sent(&self) -> u64 {
+        self.0.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn node(&self, addr: &str) -> Arc<Node> {
         let mut nodes = self.0.nodes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(node) = nodes.get(addr) {
@@ -344,7 +492,7 @@ impl Cluster {
                 .connect_alone(&self.0.config)
                 .await
                 .map_err(Failure::NotSent)?;
-            super::conn::count_request();
+            self.count_request();
             redis::cmd("ASKING")
                 .exec_async(&mut conn)
                 .await
@@ -357,7 +505,7 @@ impl Cluster {
                 .map_err(Failure::NotSent)?;
             (conn, Some(generation))
         };
-        super::conn::count_request();
+        self.count_request();
         let answer = match request {
             Request::Command(cmd) => conn.req_packed_command(cmd).await.map(Reply::One),
             Request::Pipeline(pipeline, offset, count) => conn
@@ -373,6 +521,40 @@ impl Cluster {
             }
             Failure::Sent(e)
         })
+    }
+}
+
+/// The span of replies `query_async` asks a pipeline's connection for.
+fn query_span(pipeline: &Pipeline) -> (usize, usize) {
+    if pipeline.is_transaction() {
+        (pipeline.len() + 1, 1)
+    } else {
+        (0, pipeline.len())
+    }
+}
+
+/// Answers one `query_async` with replies already received, so that the
+/// pipeline reads them as it reads its own (a transaction's EXEC, ignored
+/// commands, errors).
+struct Replay(Option<Vec<Value>>);
+
+impl redis::aio::ConnectionLike for Replay {
+    fn req_packed_command<'a>(&'a mut self, _: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        Box::pin(async { Err(client_error("a replay answers pipelines only")) })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        _: &'a Pipeline,
+        _: usize,
+        _: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        let values = self.0.take();
+        Box::pin(async move { values.ok_or_else(|| client_error("a replay answers once")) })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
     }
 }
 
@@ -689,6 +871,84 @@ fn client_error(what: impl Into<String>) -> RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys `k0..` spread over the slots; each pipeline sets one key and
+    /// reads it back, every third as a transaction that reads a second key
+    /// of the same slot.
+    fn pipelines_over_many_slots(n: usize, round: usize) -> Vec<Pipeline> {
+        (0..n)
+            .map(|i| {
+                let mut pipe = redis::pipe();
+                let key = format!("{{k{i}}}");
+                if i % 3 == 0 {
+                    pipe.atomic()
+                        .set(&key, round)
+                        .ignore()
+                        .get(&key)
+                        .get(format!("{key}:other"));
+                } else {
+                    pipe.set(&key, round)
+                        .ignore()
+                        .get(&key)
+                        .get(format!("{key}:other"));
+                }
+                pipe
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelines_of_many_slots_go_one_request_per_master_and_a_moved_one_alone() {
+        let servers = baton_testkit::RedisCluster::start(3, 0);
+        let super::super::conn::Conn::Cluster(cluster) =
+            super::super::conn::Conn::open(&servers.url())
+                .await
+                .unwrap()
+        else {
+            panic!("a cluster URL opens a cluster");
+        };
+        let n = 30;
+        let slots: Vec<u16> = (0..n)
+            .map(|i| slot_of(format!("{{k{i}}}").as_bytes()))
+            .collect();
+        let masters = slots
+            .iter()
+            .map(|&s| cluster.slot_map().master_of(s).cloned())
+            .collect::<std::collections::HashSet<_>>();
+        assert_eq!(masters.len(), 3, "the keys span every master");
+
+        let sent = cluster.requests_sent();
+        let answers = cluster
+            .query_each::<(u64, Option<u64>)>(&pipelines_over_many_slots(n, 1))
+            .await;
+        assert_eq!(cluster.requests_sent() - sent, 3, "one request per master");
+        for answer in answers {
+            assert_eq!(answer.unwrap(), (1, None));
+        }
+
+        // The client still believes the first key's slot is where it was.
+        let moved = slots[0];
+        let to = servers
+            .shards()
+            .into_iter()
+            .find(|shard| !shard.serves(moved))
+            .unwrap();
+        servers.move_slot(moved, to.master_port);
+        let sent = cluster.requests_sent();
+        let answers = cluster
+            .query_each::<(u64, Option<u64>)>(&pipelines_over_many_slots(n, 2))
+            .await;
+        for (i, answer) in answers.into_iter().enumerate() {
+            assert_eq!(answer.unwrap(), (2, None), "pipeline {i}");
+        }
+        // The three combined requests, and the moved transaction alone at
+        // its new master (MOVED there refused all of it: it ran once).
+        assert_eq!(cluster.requests_sent() - sent, 4);
+        assert_eq!(
+            cluster.slot_map().master_of(moved).map(|m| m.to_string()),
+            Some(format!("127.0.0.1:{}", to.master_port))
+        );
+    }
 
     fn slot_of_args(args: &[&str]) -> Option<u16> {
         let mut cmd = redis::cmd(args[0]);

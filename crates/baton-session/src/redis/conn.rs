@@ -156,6 +156,26 @@ impl Conn {
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
     }
+
+    /// Runs each of `pipelines` (each of one slot on a cluster) as
+    /// `query_async` would; on a cluster, one request per master for all of
+    /// them (see [`Cluster::query_each`]: each must be a transaction or
+    /// safe to run twice).
+    pub async fn query_each<T: redis::FromRedisValue>(
+        &self,
+        pipelines: &[Pipeline],
+    ) -> Vec<redis::RedisResult<T>> {
+        match self {
+            Self::Single(_) => {
+                let queries = pipelines.iter().map(|pipeline| {
+                    let mut conn = self.clone();
+                    async move { pipeline.query_async(&mut conn).await }
+                });
+                futures::future::join_all(queries).await
+            }
+            Self::Cluster(c) => c.query_each(pipelines).await,
+        }
+    }
 }
 
 /// Requests this process sent to Redis: a command or a pipeline each, one

@@ -482,6 +482,39 @@ impl RedisStore {
         }
     }
 
+    /// `with_script` for pipelines of many buckets at once
+    /// ([`Conn::query_each`]): those that found the script missing run
+    /// again once it is loaded, the others not.
+    async fn with_script_each<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        pipelines: &[redis::Pipeline],
+    ) -> StoreResult<Vec<T>> {
+        let no_script = |e: &redis::RedisError| {
+            e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        };
+        let mut answers = self.conn.query_each::<T>(pipelines).await;
+        let missed: Vec<usize> = (0..answers.len())
+            .filter(|&i| answers[i].as_ref().is_err_and(no_script))
+            .collect();
+        if !missed.is_empty() {
+            script
+                .prepare_invoke()
+                .load_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+            let again: Vec<redis::Pipeline> =
+                missed.iter().map(|&i| pipelines[i].clone()).collect();
+            for (&i, answer) in missed.iter().zip(self.conn.query_each::<T>(&again).await) {
+                answers[i] = answer;
+            }
+        }
+        answers
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .map_err(unavailable)
+    }
+
     /// `commit.lua`; in this-run mode, a lease on a state another Redis run
     /// vouched for is [`RawCommit::Unverified`].
     pub(crate) async fn commit_with(

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{StreamExt as _, TryStreamExt as _};
 use redis::{AsyncCommands, Value};
 
 use super::keys::session_of_member;
@@ -26,8 +25,9 @@ pub(crate) struct Unshipped {
     pub(super) score: String,
 }
 
-/// Bucket indexes read at once by a sweep on a cluster.
-const PARALLEL_BUCKET_READS: usize = 64;
+/// Bucket indexes a sweep on a cluster reads in one request per master
+/// (each answers up to the sweep's limit of entries).
+const BUCKET_READS_PER_REQUEST: usize = 256;
 
 type ShipReadout = (
     Vec<String>,
@@ -46,9 +46,9 @@ impl RedisStore {
         let end = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
         // MULTI/EXEC: each session's version and payload read at one
         // instant. One transaction per bucket (one slot on a cluster: a
-        // transaction may not cross slots), the buckets at once.
+        // transaction may not cross slots), one request per master.
         let groups = self.group_by_bucket(keys, |k| k);
-        let reads = groups
+        let reads: Vec<redis::Pipeline> = groups
             .iter()
             .map(|(_, members)| {
                 let mut pipe = redis::pipe();
@@ -59,12 +59,15 @@ impl RedisStore {
                         .hmget(&k.state, &["version", "ws", "run"])
                         .get(&k.payload);
                 }
-                let mut conn = self.conn.clone();
-                async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
+                pipe
             })
-            .collect::<Vec<_>>();
-        let answers = futures::future::try_join_all(reads)
+            .collect();
+        let answers = self
+            .conn
+            .query_each::<Vec<Value>>(&reads)
             .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
             .map_err(unavailable)?;
         let mut replies: Vec<Option<&[Value]>> = vec![None; keys.len()];
         for ((_, members), answer) in groups.iter().zip(&answers) {
@@ -134,36 +137,28 @@ impl RedisStore {
         if batches.is_empty() {
             return Ok(Vec::new());
         }
-        // One pipeline per bucket (one slot on a cluster), the buckets at once.
+        // One pipeline per bucket (one slot on a cluster), one request per
+        // master; `ack.lua` run twice drops nothing more.
         let groups = self.group_by_bucket(batches, |b| &b.key);
-        let acks = groups
+        let acks: Vec<redis::Pipeline> = groups
             .iter()
             .map(|(_, members)| {
-                let invocations: Vec<_> = members
-                    .iter()
-                    .map(|&i| {
-                        let batch = &batches[i];
-                        let mut invocation = self.scripts.ack.prepare_invoke();
-                        invocation.key(self.space.session(&batch.key).log);
-                        for record in &batch.records {
-                            invocation
-                                .arg(record.turn_seq.to_string())
-                                .arg(record.fence.to_string());
-                        }
+                let mut pipe = redis::pipe();
+                for &i in members {
+                    let batch = &batches[i];
+                    let mut invocation = self.scripts.ack.prepare_invoke();
+                    invocation.key(self.space.session(&batch.key).log);
+                    for record in &batch.records {
                         invocation
-                    })
-                    .collect();
-                async move {
-                    self.with_script::<Vec<u64>>(&self.scripts.ack, |pipe| {
-                        for i in &invocations {
-                            pipe.invoke_script(i);
-                        }
-                    })
-                    .await
+                            .arg(record.turn_seq.to_string())
+                            .arg(record.fence.to_string());
+                    }
+                    pipe.invoke_script(&invocation);
                 }
+                pipe
             })
-            .collect::<Vec<_>>();
-        let answers = futures::future::try_join_all(acks).await?;
+            .collect();
+        let answers: Vec<Vec<u64>> = self.with_script_each(&self.scripts.ack, &acks).await?;
         let mut dropped = vec![0; batches.len()];
         for ((_, members), answer) in groups.iter().zip(answers) {
             for (&i, n) in members.iter().zip(answer) {
@@ -182,32 +177,35 @@ impl RedisStore {
     ) -> StoreResult<Vec<Unshipped>> {
         let before = turn_record::now_ms().saturating_sub(older_than_ms);
         // Every bucket's index (one on a single server, one per bucket on a
-        // cluster: each read where it lives, a bounded number at once).
-        let reads = (0..self.space.buckets())
-            .map(|bucket| {
-                let mut conn = self.conn.clone();
-                let index = self.space.unshipped(bucket);
-                async move {
-                    let entries: Vec<(String, String)> = redis::cmd("ZRANGE")
-                        .arg(&index)
+        // cluster: one request per master for a chunk of buckets).
+        let mut pages: Vec<(u16, Vec<(String, String)>)> = Vec::new();
+        let buckets: Vec<u16> = (0..self.space.buckets()).collect();
+        for chunk in buckets.chunks(BUCKET_READS_PER_REQUEST) {
+            let reads: Vec<redis::Pipeline> = chunk
+                .iter()
+                .map(|&bucket| {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("ZRANGE")
+                        .arg(self.space.unshipped(bucket))
                         .arg("-inf")
                         .arg(before)
                         .arg("BYSCORE")
                         .arg("LIMIT")
                         .arg(0)
                         .arg(limit)
-                        .arg("WITHSCORES")
-                        .query_async(&mut conn)
-                        .await?;
-                    Ok::<_, redis::RedisError>((bucket, entries))
-                }
-            })
-            .collect::<Vec<_>>();
-        let mut pages: Vec<(u16, Vec<(String, String)>)> = futures::stream::iter(reads)
-            .buffer_unordered(PARALLEL_BUCKET_READS)
-            .try_collect()
-            .await
-            .map_err(unavailable)?;
+                        .arg("WITHSCORES");
+                    pipe
+                })
+                .collect();
+            for (&bucket, read) in chunk.iter().zip(
+                self.conn
+                    .query_each::<(Vec<(String, String)>,)>(&reads)
+                    .await,
+            ) {
+                let (entries,) = read.map_err(unavailable)?;
+                pages.push((bucket, entries));
+            }
+        }
         pages.sort_by_key(|(bucket, _)| *bucket);
         let mut found = Vec::new();
         for (bucket, entries) in pages {
@@ -267,22 +265,25 @@ impl RedisStore {
     }
 
     /// How many records each session's log holds, in one round trip (per
-    /// bucket on a cluster, the buckets at once).
+    /// master on a cluster).
     pub(crate) async fn log_lengths(&self, keys: &[&SessionKey]) -> StoreResult<Vec<u64>> {
         let groups = self.group_by_bucket(keys, |k| k);
-        let reads = groups
+        let reads: Vec<redis::Pipeline> = groups
             .iter()
             .map(|(_, members)| {
                 let mut pipe = redis::pipe();
                 for &i in members {
                     pipe.llen(self.space.session(keys[i]).log);
                 }
-                let mut conn = self.conn.clone();
-                async move { pipe.query_async::<Vec<u64>>(&mut conn).await }
+                pipe
             })
-            .collect::<Vec<_>>();
-        let answers = futures::future::try_join_all(reads)
+            .collect();
+        let answers = self
+            .conn
+            .query_each::<Vec<u64>>(&reads)
             .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
             .map_err(unavailable)?;
         let mut lengths = vec![0; keys.len()];
         for ((_, members), answer) in groups.iter().zip(answers) {
