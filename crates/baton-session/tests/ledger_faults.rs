@@ -1,6 +1,8 @@
 //! The ledger under faults, with real servers: Redis restarted empty, Postgres
 //! stopped during turns, a replica gone right after its commits, the script
-//! cache flushed.
+//! cache flushed. Those that restart no Redis run on a Redis Cluster too
+//! (`on_a_cluster_*`); a cluster's own faults, a master killed and a slot
+//! moved under load, are in `cluster.rs`.
 
 #[allow(dead_code)]
 #[path = "contract/cases.rs"]
@@ -42,9 +44,100 @@ async fn wait_for_ledger(ledger: &PostgresLedger, key: &SessionKey, rows: u64) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_committed_turn_reaches_the_ledger_exactly_once() {
-    let (_redis, store) = ledgered::store().await;
+/// Redis for a fault test: a private server, or a namespace of its own on
+/// the Redis Cluster (3 masters, a replica each) this binary shares.
+enum Redis {
+    Single(RedisServer),
+    Cluster(String),
+}
+
+impl Redis {
+    fn single() -> Self {
+        Self::Single(RedisServer::start())
+    }
+
+    fn cluster() -> Self {
+        ledgered::cluster();
+        Self::Cluster(ledgered::namespace())
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Single(server) => server.url(),
+            Self::Cluster(_) => ledgered::cluster().url(),
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        match self {
+            Self::Single(_) => "",
+            Self::Cluster(namespace) => namespace,
+        }
+    }
+
+    async fn store(&self) -> RedisStore {
+        let space = baton_session::redis::KeySpace::new(self.namespace());
+        RedisStore::connect_in(&self.url(), space).await.unwrap()
+    }
+
+    async fn ledgered(&self) -> RedisLedgerStore {
+        RedisLedgerStore::connect_in(&self.url(), &ledgered::database(), self.namespace())
+            .await
+            .unwrap()
+    }
+
+    async fn without_shipper(&self) -> RedisLedgerStore {
+        RedisLedgerStore::connect_without_shipper_in(
+            &self.url(),
+            &ledgered::database(),
+            self.namespace(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Runs `cmd` on the server, or on every master of the cluster.
+    async fn on_every_master(&self, cmd: &::redis::Cmd) {
+        let urls = match self {
+            Self::Single(server) => vec![server.url()],
+            Self::Cluster(_) => ledgered::cluster()
+                .shards()
+                .iter()
+                .map(|shard| format!("redis://127.0.0.1:{}/", shard.master_port))
+                .collect(),
+        };
+        for url in urls {
+            let mut admin = ::redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let () = cmd.query_async(&mut admin).await.unwrap();
+        }
+    }
+}
+
+/// A fault test on one Redis server and again on the Redis Cluster.
+macro_rules! on_both {
+    ($body:ident: $single:ident, $cluster:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $single() {
+            $body(Redis::single()).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $cluster() {
+            $body(Redis::cluster()).await;
+        }
+    };
+}
+
+on_both!(every_committed_turn_reaches_the_ledger_once:
+    every_committed_turn_reaches_the_ledger_exactly_once,
+    on_a_cluster_every_committed_turn_reaches_the_ledger_exactly_once);
+
+async fn every_committed_turn_reaches_the_ledger_once(redis: Redis) {
+    let store = redis.ledgered().await;
     let a = replica(&store, "a").await;
     let k = key("ledger");
     for i in 1..=10 {
@@ -73,13 +166,17 @@ async fn every_committed_turn_reaches_the_ledger_exactly_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_sessions_ship_together_each_turn_once() {
-    let redis = RedisServer::start();
+on_both!(many_sessions_ship_together:
+    many_sessions_ship_together_each_turn_once,
+    on_a_cluster_many_sessions_ship_together_each_turn_once);
+
+/// On a cluster the 301 sessions fall in most of the 1,024 buckets, and
+/// each master's are shipped and acknowledged in one request.
+async fn many_sessions_ship_together(redis: Redis) {
     // Turns committed with nobody shipping: one session with a log longer
     // than a shipping batch (256), and 300 sessions of 2 turns — more than
     // one shipping round holds.
-    let writer = RedisStore::connect(&redis.url()).await.unwrap();
+    let writer = redis.store().await;
     let a = replica(&writer, "a").await;
     let long = key("long");
     for i in 1..=300 {
@@ -101,9 +198,7 @@ async fn many_sessions_ship_together_each_turn_once() {
     }
     // Without the background shipper: its sweep would race the calls below
     // for the same records and blur who shipped how many.
-    let shipper = RedisLedgerStore::connect_without_shipper(&redis.url(), &ledgered::database())
-        .await
-        .unwrap();
+    let shipper = redis.without_shipper().await;
     let mut all = keys.clone();
     all.push(long.clone());
     // Twice, as two replicas might: the second round finds nothing left.
@@ -173,11 +268,16 @@ async fn shippers_holding_sessions_in_opposite_orders_both_commit() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_gone_right_after_its_commits_loses_no_ledger_row() {
-    let redis = RedisServer::start();
-    // The first replica commits and never ships (Redis alone: no shipper).
-    let gone = RedisStore::connect(&redis.url()).await.unwrap();
+on_both!(a_replica_gone_after_its_commits:
+    a_replica_gone_right_after_its_commits_loses_no_ledger_row,
+    on_a_cluster_a_replica_gone_right_after_its_commits_loses_no_ledger_row);
+
+async fn a_replica_gone_after_its_commits(redis: Redis) {
+    // The first replica commits (indexing its sessions as unshipped, as
+    // every sidecar's commit does) and never ships. (Redis alone, which
+    // indexes nothing, is shipped by a one-server sweep's SCAN of logs
+    // written before the index: a cluster has none.)
+    let gone = redis.without_shipper().await;
     let a = replica(&gone, "a").await;
     let k = key("orphaned");
     for i in 1..=5 {
@@ -185,9 +285,7 @@ async fn a_replica_gone_right_after_its_commits_loses_no_ledger_row() {
     }
     drop(gone);
     // Any other replica's sweep ships the leftovers.
-    let other = RedisLedgerStore::connect(&redis.url(), &ledgered::database())
-        .await
-        .unwrap();
+    let other = redis.ledgered().await;
     wait_for_ledger(other.ledger(), &k, 5).await;
 }
 
@@ -296,34 +394,30 @@ async fn turns_commit_while_postgres_is_down_and_reach_the_ledger_once_it_is_bac
     assert_eq!((known.last_version, known.turn_count), (6, 6));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flushed_script_cache_is_reloaded_not_mistaken_for_an_outcome() {
-    let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url()).await.unwrap();
+on_both!(a_flushed_script_cache_is_reloaded:
+    a_flushed_script_cache_is_reloaded_not_mistaken_for_an_outcome,
+    on_a_cluster_a_flushed_script_cache_is_reloaded_not_mistaken_for_an_outcome);
+
+async fn a_flushed_script_cache_is_reloaded(redis: Redis) {
+    let store = redis.without_shipper().await;
     let a = replica(&store, "a").await;
-    let k = key("noscript");
-    turn(&store, &k, &a, "t1").await;
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let () = ::redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let (lease, state) = granted(&store, &begin_req(&k, &a, None)).await;
+    let keys: Vec<_> = (0..20).map(|n| key(&format!("noscript{n}"))).collect();
+    for k in &keys {
+        turn(&store, k, &a, "t1").await;
+    }
+    let flush = ::redis::cmd("SCRIPT").arg("FLUSH").clone();
+    redis.on_every_master(&flush).await;
+    let (lease, state) = granted(&store, &begin_req(&keys[0], &a, None)).await;
     assert_eq!(state.version, 1);
-    let () = ::redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    redis.on_every_master(&flush).await;
     assert_eq!(
         store.commit(&commit_req(&lease, "t2", "r")).await.unwrap(),
         CommitOutcome::Committed { version: 2 }
     );
+    // The shipper's acknowledgements (a script, many buckets at once) too.
+    redis.on_every_master(&flush).await;
+    assert_eq!(store.ship_many(&keys).await.unwrap(), 21);
+    assert_eq!(store.ship_many(&keys).await.unwrap(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
