@@ -95,16 +95,16 @@ static void ping_turn(redisContext *c) {
 }
 
 struct session {
-    char state[96], payload[96], log[96], staged_prefix[96], lease[96], owner[64];
+    char state[96], payload[96], log[96], staged_prefix[96], known[96], lease[96], owner[64];
 };
 
 static void baton_turn(redisContext *c, const struct session *s, const char *begin_sha,
                        const char *commit_sha, const char *state) {
     /* Round trip 1: begin.lua (ARGV as RedisStore::begin_once sends them)
      * and the payload's GET. */
-    const char *begin[] = {"EVALSHA", begin_sha, "2", s->state, s->payload, s->owner, "", "",
-                           "30000", "3600000", "", "", "create"};
-    append(c, 13, begin);
+    const char *begin[] = {"EVALSHA", begin_sha, "3", s->state, s->payload, s->known, s->owner,
+                           "", "", "30000", "3600000", "", "", "create", "", "", ""};
+    append(c, 17, begin);
     const char *get[] = {"GET", s->payload};
     append(c, 2, get);
     redisReply *granted = next(c);
@@ -124,7 +124,7 @@ static void baton_turn(redisContext *c, const struct session *s, const char *beg
      * RedisStore::commit computes (versions, the idempotency record, a turn
      * record of the same shape and size, times). */
     char staged[128], fence_s[24], expected[24], new_version[24], result[48], seq_s[24],
-        slot[24], now_s[24], record[640];
+        slot[24], digest_slot[24], digest[48], now_s[24], record[640];
     long long now = wall_ms();
     snprintf(staged, sizeof staged, "%s%lld", s->staged_prefix, fence);
     snprintf(fence_s, sizeof fence_s, "%lld", fence);
@@ -133,6 +133,8 @@ static void baton_turn(redisContext *c, const struct session *s, const char *beg
     snprintf(result, sizeof result, "%lld\n%lld\nok", seq, version + 1);
     snprintf(seq_s, sizeof seq_s, "%lld", seq);
     snprintf(slot, sizeof slot, "i%lld", seq % 1024);
+    snprintf(digest_slot, sizeof digest_slot, "d%lld", seq % 1024);
+    snprintf(digest, sizeof digest, "%lld:", seq);
     snprintf(now_s, sizeof now_s, "%lld", now);
     snprintf(record, sizeof record,
              "{\"tenant\":\"bench\",\"session\":\"c-ref\",\"turn_seq\":%lld,\"version\":%lld,"
@@ -145,10 +147,10 @@ static void baton_turn(redisContext *c, const struct session *s, const char *beg
     for (int i = 0; i < 3; i++) lens[i] = strlen(psetex[i]);
     lens[3] = STATE_BYTES;
     redisAppendCommandArgv(c, 4, psetex, lens);
-    const char *commit[] = {"EVALSHA", commit_sha, "4", s->state, s->log, s->payload, staged,
-                            fence_s, expected, new_version, "", result, "3600000", record, slot,
-                            now_s, seq_s, "604800000"};
-    append(c, 18, commit);
+    const char *commit[] = {"EVALSHA", commit_sha, "5", s->state, s->log, s->payload, staged,
+                            s->known, fence_s, expected, new_version, "", result, "3600000",
+                            record, slot, now_s, seq_s, "604800000", "", digest_slot, digest};
+    append(c, 22, commit);
     redisReply *ok = next(c);
     redisReply *committed = next(c);
     if (ok->type != REDIS_REPLY_STATUS) die("PSETEX", ok);
@@ -200,6 +202,7 @@ int main(int argc, char **argv) {
         snprintf(s.payload, sizeof s.payload, "baton:{bench:c-ref-%s}:payload", client);
         snprintf(s.log, sizeof s.log, "baton:{bench:c-ref-%s}:log", client);
         snprintf(s.staged_prefix, sizeof s.staged_prefix, "baton:{bench:c-ref-%s}:staged:", client);
+        snprintf(s.known, sizeof s.known, "baton:{bench:c-ref-%s}:known", client);
     }
     char *state = malloc(STATE_BYTES + 1);
     memset(state, 's', STATE_BYTES);
