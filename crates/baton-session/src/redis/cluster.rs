@@ -30,10 +30,14 @@
 //!   fences and idempotency keys, what a retried turn finds); the error
 //!   goes to the caller and the map is re-read in the background.
 //!
-//! Redirections resend a whole pipeline, as redis-rs does. Baton's
-//! pipelines address one slot, so a MOVED or a TRYAGAIN refuses all of
-//! their commands at once; an ASK can refuse only the keys that already
-//! left, which `migrate`'s atomic key moves make a short window.
+//! Redirections resend a whole pipeline only when all of it was refused.
+//! Baton's pipelines address one slot, so a MOVED refuses all of their
+//! commands at once; but while a slot migrates, an ASK (or a TRYAGAIN)
+//! refuses only the commands whose keys already left, and the others ran:
+//! such a pipeline goes back to the caller as failed-after-sending. After
+//! an ASK a plain pipeline goes with ASKING before each command (Redis
+//! keeps the flag for one command only), a transaction with one before
+//! MULTI.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -372,6 +376,13 @@ impl Cluster {
             let failure = match self.send(&addr, request, asking).await {
                 Ok(reply) => match Refusal::of_reply(&reply) {
                     None => return Ok(reply),
+                    // A plain pipeline's commands before or after a
+                    // refused one ran (an ASK refuses only the keys that
+                    // already left): it is not sent again.
+                    Some(_) if ran_in_part(&reply) => {
+                        self.refresh_soon();
+                        return Err(reply_error(reply));
+                    }
                     Some(refusal) => (refusal, reply_error(reply)),
                 },
                 Err(Failure::Sent(e)) => match Refusal::of_error(&e) {
@@ -492,6 +503,13 @@ impl Cluster {
                 .connect_alone(&self.0.config)
                 .await
                 .map_err(Failure::NotSent)?;
+            if let Request::Pipeline(pipeline, offset, count) = request
+                && !pipeline.is_transaction()
+            {
+                return self
+                    .send_asking_each(&mut conn, pipeline, offset, count)
+                    .await;
+            }
             self.count_request();
             redis::cmd("ASKING")
                 .exec_async(&mut conn)
@@ -558,6 +576,32 @@ impl redis::aio::ConnectionLike for Replay {
     }
 }
 
+impl Cluster {
+    /// A plain pipeline after an ASK, with ASKING before each command:
+    /// Redis forgets ASKING after one command (outside MULTI), and the
+    /// target would answer the rest with MOVED back to the source.
+    async fn send_asking_each(
+        &self,
+        conn: &mut MultiplexedConnection,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> Result<Reply, Failure> {
+        let mut asking = redis::pipe();
+        for cmd in pipeline.cmd_iter() {
+            asking.cmd("ASKING").add_command(cmd.clone());
+        }
+        self.count_request();
+        let values = conn
+            .req_packed_commands(&asking, 0, asking.len())
+            .await
+            .map_err(Failure::Sent)?;
+        // ASKING's OK, the command's reply, ...
+        let replies = values.into_iter().skip(1).step_by(2).skip(offset);
+        Ok(Reply::Many(replies.take(count).collect()))
+    }
+}
+
 /// Why a request failed: refused before it reached Redis (safe to send
 /// again), or after it was sent (it may have run).
 enum Failure {
@@ -615,6 +659,18 @@ impl Refusal {
         let errors = e.clone().into_server_errors()?;
         errors.iter().find_map(|(_, e)| Self::of_server_error(e))
     }
+}
+
+/// Whether some of a plain pipeline's commands were refused and others ran.
+fn ran_in_part(reply: &Reply) -> bool {
+    let Reply::Many(values) = reply else {
+        return false;
+    };
+    let refused = |value: &Value| match value {
+        Value::ServerError(e) => Refusal::of_server_error(e).is_some(),
+        _ => false,
+    };
+    values.iter().any(refused) && !values.iter().all(refused)
 }
 
 /// The first server error of a refused reply, as an error.
@@ -725,10 +781,14 @@ impl SlotMap {
             let Some(Value::Array(master)) = fields.get(2) else {
                 return Err(bad());
             };
-            let host: String = master
-                .first()
-                .and_then(|h| redis::from_redis_value_ref(h).ok())
-                .ok_or_else(bad)?;
+            // Nil or "?" (`cluster-preferred-endpoint-type
+            // unknown-endpoint`): the node that answered.
+            let host: String = match master.first() {
+                Some(Value::Nil) => String::new(),
+                Some(h) => redis::from_redis_value_ref(h).map_err(|_| bad())?,
+                None => return Err(bad()),
+            };
+            let host = if host == "?" { String::new() } else { host };
             let Some(Value::Int(port)) = master.get(1) else {
                 return Err(bad());
             };
@@ -895,6 +955,85 @@ mod tests {
                 pipe
             })
             .collect()
+    }
+
+    /// A slot half migrated by hand: `{m}a` and `{m}b` already on the
+    /// target, `{m}c` still on the source.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn while_a_slot_migrates_moved_keys_are_asked_for_and_a_half_run_pipeline_is_not_resent()
+    {
+        let servers = baton_testkit::RedisCluster::start(3, 0);
+        let super::super::conn::Conn::Cluster(cluster) =
+            super::super::conn::Conn::open(&servers.url())
+                .await
+                .unwrap()
+        else {
+            panic!("a cluster URL opens a cluster");
+        };
+        let slot = slot_of(b"{m}");
+        let source = servers.master_of(slot);
+        let target = servers
+            .shards()
+            .into_iter()
+            .find(|shard| !shard.serves(slot))
+            .unwrap();
+        let admin = |port: u16| {
+            redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        };
+        let (mut from, mut to) = (admin(source.master_port), admin(target.master_port));
+        for (key, value) in [("{m}a", "1"), ("{m}b", "2"), ("{m}c", "3")] {
+            let () = redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query(&mut from)
+                .unwrap();
+        }
+        let () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&source.master_id)
+            .query(&mut to)
+            .unwrap();
+        let () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&target.master_id)
+            .query(&mut from)
+            .unwrap();
+        let () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.master_port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg("{m}a")
+            .arg("{m}b")
+            .query(&mut from)
+            .unwrap();
+
+        // Both keys left: the source refuses both with ASK, and the target
+        // answers both, each after its own ASKING.
+        let mut moved = redis::pipe();
+        moved.get("{m}a").get("{m}b");
+        let answers = cluster.query_each::<(String, String)>(&[moved]).await;
+        assert_eq!(answers[0].as_ref().unwrap(), &("1".into(), "2".into()));
+
+        // One left, one did not: the source ran one and refused the
+        // other, so the pipeline is not sent again.
+        let mut half = redis::pipe();
+        half.cmd("INCR").arg("{m}c").get("{m}a");
+        let sent = cluster.requests_sent();
+        let answers = cluster.query_each::<(i64, String)>(&[half]).await;
+        assert!(answers[0].is_err(), "{:?}", answers[0]);
+        assert_eq!(cluster.requests_sent() - sent, 1);
+        let incremented: String = redis::cmd("GET").arg("{m}c").query(&mut from).unwrap();
+        assert_eq!(incremented, "4", "the INCR ran once");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
