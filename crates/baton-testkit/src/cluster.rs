@@ -337,20 +337,9 @@ impl RedisCluster {
         if from.master_port == to_port {
             return;
         }
-        let (from_id, to_id) = (from.master_id.clone(), self.node_id(to_port));
+        let to_id = self.node_id(to_port);
+        self.start_slot_move(slot, to_port);
         let mut source = self.connection(from.master_port);
-        let mut target = self.connection(to_port);
-        let setslot = |conn: &mut redis::Connection, state: &str, id: &str| {
-            let () = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg(state)
-                .arg(id)
-                .query(conn)
-                .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state}: {e}"));
-        };
-        setslot(&mut target, "IMPORTING", &from_id);
-        setslot(&mut source, "MIGRATING", &to_id);
         loop {
             let keys: Vec<String> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
@@ -361,25 +350,55 @@ impl RedisCluster {
             if keys.is_empty() {
                 break;
             }
-            let () = redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(to_port)
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("REPLACE")
-                .arg("KEYS")
-                .arg(&keys)
-                .query(&mut source)
-                .expect("MIGRATE");
+            self.migrate_keys(from.master_port, to_port, &keys);
         }
-        setslot(&mut target, "NODE", &to_id);
-        setslot(&mut source, "NODE", &to_id);
+        setslot(&mut self.connection(to_port), slot, "NODE", &to_id);
+        setslot(&mut source, slot, "NODE", &to_id);
         for shard in self.shards() {
             if shard.master_port != from.master_port && shard.master_port != to_port {
-                setslot(&mut self.connection(shard.master_port), "NODE", &to_id);
+                setslot(
+                    &mut self.connection(shard.master_port),
+                    slot,
+                    "NODE",
+                    &to_id,
+                );
             }
         }
+    }
+
+    /// The first step of [`Self::move_slot`]: `slot` IMPORTING on the
+    /// master on `to_port`, MIGRATING on its master, no key moved yet.
+    pub fn start_slot_move(&self, slot: u16, to_port: u16) {
+        let from = self.master_of(slot);
+        let to_id = self.node_id(to_port);
+        setslot(
+            &mut self.connection(to_port),
+            slot,
+            "IMPORTING",
+            &from.master_id,
+        );
+        setslot(
+            &mut self.connection(from.master_port),
+            slot,
+            "MIGRATING",
+            &to_id,
+        );
+    }
+
+    /// Moves `keys` (of one slot) from the master on `from_port` to the one
+    /// on `to_port` with MIGRATE, as a slot move does batch by batch.
+    pub fn migrate_keys(&self, from_port: u16, to_port: u16, keys: &[String]) {
+        let () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to_port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("REPLACE")
+            .arg("KEYS")
+            .arg(keys)
+            .query(&mut self.connection(from_port))
+            .expect("MIGRATE");
     }
 
     /// `redis-cli --cluster reshard`: moves `count` slots from the master
@@ -492,4 +511,15 @@ fn int(value: &redis::Value) -> Option<i64> {
         redis::Value::Int(i) => Some(*i),
         other => text(other)?.parse().ok(),
     }
+}
+
+/// `CLUSTER SETSLOT slot state id` on `conn`.
+fn setslot(conn: &mut redis::Connection, slot: u16, state: &str, id: &str) {
+    let () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(state)
+        .arg(id)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state}: {e}"));
 }

@@ -977,13 +977,10 @@ mod tests {
             .into_iter()
             .find(|shard| !shard.serves(slot))
             .unwrap();
-        let admin = |port: u16| {
-            redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                .unwrap()
-                .get_connection()
-                .unwrap()
-        };
-        let (mut from, mut to) = (admin(source.master_port), admin(target.master_port));
+        let mut from = redis::Client::open(format!("redis://127.0.0.1:{}/", source.master_port))
+            .unwrap()
+            .get_connection()
+            .unwrap();
         for (key, value) in [("{m}a", "1"), ("{m}b", "2"), ("{m}c", "3")] {
             let () = redis::cmd("SET")
                 .arg(key)
@@ -991,31 +988,12 @@ mod tests {
                 .query(&mut from)
                 .unwrap();
         }
-        let () = redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg("IMPORTING")
-            .arg(&source.master_id)
-            .query(&mut to)
-            .unwrap();
-        let () = redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg("MIGRATING")
-            .arg(&target.master_id)
-            .query(&mut from)
-            .unwrap();
-        let () = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(target.master_port)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg("{m}a")
-            .arg("{m}b")
-            .query(&mut from)
-            .unwrap();
+        servers.start_slot_move(slot, target.master_port);
+        servers.migrate_keys(
+            source.master_port,
+            target.master_port,
+            &["{m}a".into(), "{m}b".into()],
+        );
 
         // Both keys left: the source refuses both with ASK, and the target
         // answers both, each after its own ASKING.
