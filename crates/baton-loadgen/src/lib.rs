@@ -28,6 +28,15 @@ fn duration(value: &str) -> Result<Duration, String> {
     parse_duration(value)
 }
 
+fn rate(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(r) if r.is_finite() && (0.1..=1_000_000.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "{value:?} is not a rate: turns per second between 0.1 and 1000000"
+        )),
+    }
+}
+
 /// What the turns ask the agent to do, by weight.
 #[derive(Clone, Debug)]
 pub struct Mix(Vec<(TurnKind, u32)>);
@@ -103,6 +112,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub duration: Duration,
 
+    /// Start turns at this many per second in all, spread evenly over the
+    /// clients, instead of as fast as answers come back. Two setups then
+    /// compare at the same load (CPU per turn depends on it); a client
+    /// that falls behind catches up, and the report shows the rate reached.
+    #[arg(long, value_parser = rate)]
+    pub rate: Option<f64>,
+
     /// Turn mix, `kind:weight` for chat, name, write.
     #[arg(long, default_value = "chat:90,name:5,write:5", value_parser = mix)]
     pub mix: Mix,
@@ -140,6 +156,8 @@ pub struct Report {
     pub seconds: f64,
     pub sessions: usize,
     pub concurrency: usize,
+    /// The rate turns were started at (`--rate`), if one was asked for.
+    pub target_turns_per_second: Option<f64>,
     /// Turns acknowledged (OK, or DUPLICATE on a retry of a committed one).
     pub acknowledged: u64,
     pub turns_per_second: f64,
@@ -280,6 +298,7 @@ impl Client {
         self: Arc<Self>,
         mut sessions: Vec<Session>,
         stop: Arc<AtomicBool>,
+        mut pace: Option<tokio::time::Interval>,
     ) -> ClientResult {
         let mut result = ClientResult {
             latencies: Vec::new(),
@@ -291,6 +310,12 @@ impl Client {
         };
         let mut i = 0;
         while !stop.load(Ordering::Relaxed) && !sessions.is_empty() {
+            if let Some(pace) = pace.as_mut() {
+                pace.tick().await;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
             let idx = i % sessions.len();
             i += 1;
             let session = &mut sessions[idx];
@@ -335,6 +360,19 @@ impl Client {
         result.sessions.extend(sessions);
         result
     }
+}
+
+/// The clock client `n` of `clients` starts its turns by at `rate` turns/s
+/// in all: each ticks every `clients / rate` seconds, the clients offset
+/// from each other so that turns arrive evenly rather than in bursts. A
+/// client behind its clock (a slow answer) starts its late turns at once,
+/// so the rate holds while the target keeps up.
+fn pacing(rate: f64, clients: usize, n: usize) -> tokio::time::Interval {
+    let period = Duration::from_secs_f64(clients as f64 / rate);
+    let offset = period.mul_f64(n as f64 / clients as f64);
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    interval
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> f64 {
@@ -394,7 +432,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let started = Instant::now();
     let tasks: Vec<_> = per_client
         .into_iter()
-        .map(|sessions| tokio::spawn(client.clone().run(sessions, stop.clone())))
+        .enumerate()
+        .map(|(n, sessions)| {
+            let pace = args.rate.map(|rate| pacing(rate, args.concurrency, n));
+            tokio::spawn(client.clone().run(sessions, stop.clone(), pace))
+        })
         .collect();
     let bar = indicatif::ProgressBar::new(args.duration.as_secs().max(1));
     bar.set_style(
@@ -415,6 +457,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
             .unwrap_or_else(|| args.url.clone()),
         sessions: args.sessions,
         concurrency: args.concurrency,
+        target_turns_per_second: args.rate,
         ..Report::default()
     };
     let mut latencies = Vec::new();
@@ -495,11 +538,14 @@ impl Report {
 /// The report as people read it.
 pub fn render(r: &Report) -> String {
     let mut out = format!(
-        "target {}\n{} sessions, {} clients, {:.1} s\n\nacknowledged turns  {}\nturns/s             {:.0}\nlatency ms          p50 {:.2}  p90 {:.2}  p99 {:.2}\n",
+        "target {}\n{} sessions, {} clients, {:.1} s{}\n\nacknowledged turns  {}\nturns/s             {:.0}\nlatency ms          p50 {:.2}  p90 {:.2}  p99 {:.2}\n",
         r.target,
         r.sessions,
         r.concurrency,
         r.seconds,
+        r.target_turns_per_second
+            .map(|rate| format!(", turns started at {rate} per second"))
+            .unwrap_or_default(),
         r.acknowledged,
         r.turns_per_second,
         r.p50_ms,
@@ -545,6 +591,57 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_parse_within_bounds() {
+        assert_eq!(rate("2500").unwrap(), 2500.0);
+        for bad in ["0", "-1", "NaN", "inf", "fast", "2000000"] {
+            assert!(rate(bad).unwrap_err().contains("turns per second"), "{bad}");
+        }
+    }
+
+    /// Paced clients start `rate` turns per second between them, spread
+    /// out: never two clients on the same instant, and a client that was
+    /// held up catches up on the turns it owes.
+    #[tokio::test(start_paused = true)]
+    async fn paced_clients_start_turns_evenly_at_the_rate() {
+        let (rate, clients) = (200.0, 4);
+        let begun = tokio::time::Instant::now();
+        let mut starts = Vec::new();
+        let paces: Vec<_> = (0..clients).map(|n| pacing(rate, clients, n)).collect();
+        for mut pace in paces {
+            loop {
+                let start = pace.tick().await - begun;
+                if start >= Duration::from_secs(1) {
+                    break;
+                }
+                starts.push(start);
+            }
+        }
+        assert_eq!(starts.len(), 200);
+        starts.sort();
+        let gaps: Vec<_> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.iter().all(|g| *g == Duration::from_millis(5)),
+            "{gaps:?}"
+        );
+
+        let mut held_up = pacing(rate, clients, 0);
+        held_up.tick().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // 100 ms held up at one turn every 20 ms owes 5 turns: started at
+        // once, then one every 20 ms again.
+        let late = tokio::time::Instant::now();
+        for _ in 0..5 {
+            held_up.tick().await;
+        }
+        assert_eq!(tokio::time::Instant::now(), late);
+        held_up.tick().await;
+        assert_eq!(
+            tokio::time::Instant::now() - late,
+            Duration::from_millis(20)
+        );
+    }
 
     #[test]
     fn mixes_parse_and_spread_by_weight() {
