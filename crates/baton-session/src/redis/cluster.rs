@@ -88,7 +88,7 @@ struct Inner {
     config: AsyncConnectionConfig,
     map: RwLock<Arc<SlotMap>>,
     nodes: Mutex<HashMap<Arc<str>, Arc<Node>>>,
-    /// One re-read of the slot map at a time; when the last one ended.
+    /// One re-read of the slot map at a time; when the last one began.
     refreshed: tokio::sync::Mutex<Option<Instant>>,
     /// Requests this client sent (its tests count them; the process-wide
     /// count is `conn::requests_sent`).
@@ -119,15 +119,17 @@ impl Cluster {
     }
 
     /// Reads the slot map again, unless a read that began after this call
-    /// did already; the map it ended with.
+    /// did already (one that began before may predate what the caller
+    /// saw); the map it ended with.
     pub async fn refresh(&self) -> RedisResult<Arc<SlotMap>> {
         let asked = Instant::now();
         let mut refreshed = self.0.refreshed.lock().await;
-        if refreshed.is_some_and(|at| at >= asked) {
+        if refreshed.is_some_and(|began| began >= asked) {
             return Ok(self.slot_map());
         }
+        let began = Instant::now();
         let read = self.read_slot_map().await;
-        *refreshed = Some(Instant::now());
+        *refreshed = Some(began);
         let map = Arc::new(read?);
         *self.0.map.write().unwrap_or_else(|p| p.into_inner()) = map.clone();
         Ok(map)
@@ -277,6 +279,12 @@ impl Cluster {
         let mut answers = Vec::with_capacity(pipelines.len());
         for (pipeline, raw) in pipelines.iter().zip(raw) {
             answers.push(match raw {
+                // An aborted transaction: `query_async` would read its
+                // error as a malformed EXEC reply.
+                Some(Ok(values)) if pipeline.is_transaction() => match values.as_slice() {
+                    [Value::ServerError(e)] => Err(e.clone().into()),
+                    _ => pipeline.query_async(&mut Replay(Some(values))).await,
+                },
                 Some(Ok(values)) => pipeline.query_async(&mut Replay(Some(values))).await,
                 Some(Err(e)) => Err(e),
                 None => Err(client_error("a pipeline left unsent")),
@@ -340,8 +348,20 @@ impl Cluster {
                 let refused = refusal.is_some();
                 match (refused, transaction) {
                     (true, _) => None,
-                    // A transaction's answer is its EXEC's.
-                    (false, true) => part.pop().map(|exec| vec![exec]),
+                    // A transaction's answer is its EXEC's; an EXECABORT
+                    // says only "previous errors", so the answer is the
+                    // error that aborted it.
+                    (false, true) => {
+                        let exec = part.pop();
+                        let cause = part
+                            .into_iter()
+                            .find(|v| matches!(v, Value::ServerError(_)));
+                        match exec {
+                            Some(Value::ServerError(_)) => cause.or(exec),
+                            _ => exec,
+                        }
+                        .map(|answer| vec![answer])
+                    }
                     (false, false) => Some(part),
                 }
             })
@@ -426,8 +446,13 @@ impl Cluster {
         }
         tokio::time::sleep(*backoff).await;
         *backoff = (*backoff * 2).min(MAX_BACKOFF);
-        if let Err(e) = self.refresh().await {
-            tracing::debug!(error = %e, "re-reading the cluster's slot map failed");
+        // The re-read counts against the budget too: nodes that do not
+        // answer could otherwise hold the request a deadline each.
+        let left = RETRY_BUDGET.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, self.refresh()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "re-reading the cluster's slot map failed"),
+            Err(_) => return Err(error),
         }
         Ok(())
     }
@@ -955,6 +980,31 @@ mod tests {
                 pipe
             })
             .collect()
+    }
+
+    /// A transaction that Redis aborts (a command refused as it was
+    /// queued) inside a request combined with others: its answer names
+    /// the command's error, not only EXECABORT, and the others run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_aborted_transaction_in_a_combined_request_says_why_and_the_others_run() {
+        let servers = baton_testkit::RedisCluster::start(1, 0);
+        let super::super::conn::Conn::Cluster(cluster) =
+            super::super::conn::Conn::open(&servers.url())
+                .await
+                .unwrap()
+        else {
+            panic!("a cluster URL opens a cluster");
+        };
+        let mut fine = redis::pipe();
+        fine.atomic().set("{a}x", 1).ignore().get("{a}x");
+        let mut aborted = redis::pipe();
+        aborted.atomic().set("{b}x", 1).ignore().cmd("GET"); // GET without a key
+        let sent = cluster.requests_sent();
+        let answers = cluster.query_each::<(u64,)>(&[fine, aborted]).await;
+        assert_eq!(cluster.requests_sent() - sent, 1, "one combined request");
+        assert_eq!(answers[0].as_ref().unwrap(), &(1,));
+        let why = answers[1].as_ref().unwrap_err().to_string();
+        assert!(why.contains("wrong number of arguments"), "{why}");
     }
 
     /// A slot half migrated by hand: `{m}a` and `{m}b` already on the

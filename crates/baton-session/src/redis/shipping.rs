@@ -138,7 +138,10 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         // One pipeline per bucket (one slot on a cluster), one request per
-        // master; `ack.lua` run twice drops nothing more.
+        // master; `ack.lua` run twice drops nothing more. (A pipeline that
+        // ran in part while its slot migrated is sent again whole and
+        // reports 0 for what its first run dropped: the round then asks
+        // for no more of that session, and the next sweep looks again.)
         let groups = self.group_by_bucket(batches, |b| &b.key);
         let acks: Vec<redis::Pipeline> = groups
             .iter()
