@@ -982,19 +982,24 @@ mod tests {
             .collect()
     }
 
+    /// Baton's client of `servers`, as `--redis-url` opens it.
+    async fn client_of(servers: &baton_testkit::RedisCluster) -> Cluster {
+        match super::super::conn::Conn::open(&servers.url())
+            .await
+            .unwrap()
+        {
+            super::super::conn::Conn::Cluster(cluster) => cluster,
+            _ => panic!("a cluster URL opens a cluster"),
+        }
+    }
+
     /// A transaction that Redis aborts (a command refused as it was
     /// queued) inside a request combined with others: its answer names
     /// the command's error, not only EXECABORT, and the others run.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_aborted_transaction_in_a_combined_request_says_why_and_the_others_run() {
         let servers = baton_testkit::RedisCluster::start(1, 0);
-        let super::super::conn::Conn::Cluster(cluster) =
-            super::super::conn::Conn::open(&servers.url())
-                .await
-                .unwrap()
-        else {
-            panic!("a cluster URL opens a cluster");
-        };
+        let cluster = client_of(&servers).await;
         let mut fine = redis::pipe();
         fine.atomic().set("{a}x", 1).ignore().get("{a}x");
         let mut aborted = redis::pipe();
@@ -1013,13 +1018,7 @@ mod tests {
     async fn while_a_slot_migrates_moved_keys_are_asked_for_and_a_half_run_pipeline_is_not_resent()
     {
         let servers = baton_testkit::RedisCluster::start(3, 0);
-        let super::super::conn::Conn::Cluster(cluster) =
-            super::super::conn::Conn::open(&servers.url())
-                .await
-                .unwrap()
-        else {
-            panic!("a cluster URL opens a cluster");
-        };
+        let cluster = client_of(&servers).await;
         let slot = slot_of(b"{m}");
         let source = servers.master_of(slot);
         let target = servers
@@ -1067,13 +1066,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pipelines_of_many_slots_go_one_request_per_master_and_a_moved_one_alone() {
         let servers = baton_testkit::RedisCluster::start(3, 0);
-        let super::super::conn::Conn::Cluster(cluster) =
-            super::super::conn::Conn::open(&servers.url())
-                .await
-                .unwrap()
-        else {
-            panic!("a cluster URL opens a cluster");
-        };
+        let cluster = client_of(&servers).await;
         let n = 30;
         let slots: Vec<u16> = (0..n)
             .map(|i| slot_of(format!("{{k{i}}}").as_bytes()))
