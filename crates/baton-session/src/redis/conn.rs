@@ -41,9 +41,9 @@ impl RedisTarget {
         let bad =
             |rule: &str| StoreError::Unavailable(format!("redis url {}: {rule}", redact(url)));
         let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) else {
-            if url.starts_with("rediss+cluster://") {
+            if url.starts_with("rediss://") || url.starts_with("rediss+cluster://") {
                 return Err(bad(
-                    "TLS (rediss+cluster://) is not supported by this build",
+                    "TLS (rediss://, rediss+cluster://) is not supported by this build",
                 ));
             }
             return Ok(Self::Single(url.to_owned()));
@@ -253,6 +253,7 @@ mod tests {
             ("redis+cluster://", "at least one seed"),
             ("redis+cluster://a:7000/3", "no database number"),
             ("rediss+cluster://a:7000", "TLS"),
+            ("rediss://:pw@a:6380/0", "TLS"),
             ("redis+cluster://:pw@a:notaport", "seed"),
         ] {
             let e = RedisTarget::parse(url).unwrap_err().to_string();
