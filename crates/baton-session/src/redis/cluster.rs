@@ -279,13 +279,12 @@ impl Cluster {
         let mut answers = Vec::with_capacity(pipelines.len());
         for (pipeline, raw) in pipelines.iter().zip(raw) {
             answers.push(match raw {
-                // An aborted transaction: `query_async` would read its
-                // error as a malformed EXEC reply.
-                Some(Ok(values)) if pipeline.is_transaction() => match values.as_slice() {
-                    [Value::ServerError(e)] => Err(e.clone().into()),
+                Some(Ok(values)) => match values.as_slice() {
+                    // An aborted transaction: `query_async` would read its
+                    // error as a malformed EXEC reply.
+                    [Value::ServerError(e)] if pipeline.is_transaction() => Err(e.clone().into()),
                     _ => pipeline.query_async(&mut Replay(Some(values))).await,
                 },
-                Some(Ok(values)) => pipeline.query_async(&mut Replay(Some(values))).await,
                 Some(Err(e)) => Err(e),
                 None => Err(client_error("a pipeline left unsent")),
             });
@@ -565,6 +564,30 @@ impl Cluster {
             Failure::Sent(e)
         })
     }
+
+    /// A plain pipeline after an ASK, with ASKING before each command:
+    /// Redis forgets ASKING after one command (outside MULTI), and the
+    /// target would answer the rest with MOVED back to the source.
+    async fn send_asking_each(
+        &self,
+        conn: &mut MultiplexedConnection,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> Result<Reply, Failure> {
+        let mut asking = redis::pipe();
+        for cmd in pipeline.cmd_iter() {
+            asking.cmd("ASKING").add_command(cmd.clone());
+        }
+        self.count_request();
+        let values = conn
+            .req_packed_commands(&asking, 0, asking.len())
+            .await
+            .map_err(Failure::Sent)?;
+        // ASKING's OK, the command's reply, ...
+        let replies = values.into_iter().skip(1).step_by(2).skip(offset);
+        Ok(Reply::Many(replies.take(count).collect()))
+    }
 }
 
 /// The span of replies `query_async` asks a pipeline's connection for.
@@ -598,32 +621,6 @@ impl redis::aio::ConnectionLike for Replay {
 
     fn get_db(&self) -> i64 {
         0
-    }
-}
-
-impl Cluster {
-    /// A plain pipeline after an ASK, with ASKING before each command:
-    /// Redis forgets ASKING after one command (outside MULTI), and the
-    /// target would answer the rest with MOVED back to the source.
-    async fn send_asking_each(
-        &self,
-        conn: &mut MultiplexedConnection,
-        pipeline: &Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> Result<Reply, Failure> {
-        let mut asking = redis::pipe();
-        for cmd in pipeline.cmd_iter() {
-            asking.cmd("ASKING").add_command(cmd.clone());
-        }
-        self.count_request();
-        let values = conn
-            .req_packed_commands(&asking, 0, asking.len())
-            .await
-            .map_err(Failure::Sent)?;
-        // ASKING's OK, the command's reply, ...
-        let replies = values.into_iter().skip(1).step_by(2).skip(offset);
-        Ok(Reply::Many(replies.take(count).collect()))
     }
 }
 
