@@ -99,20 +99,7 @@ async fn a_second_baton_dev_on_one_data_directory_is_refused_until_the_first_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_logs_are_plain_text_without_a_line_per_turn() {
     let _serial = serial().await;
-    // Store settings left in the shell do not reach the replicas: baton
-    // dev's flags alone choose the stores (here the embedded one; a Redis
-    // on port 1 would refuse every turn).
-    let dev = Cluster::start_with(ClusterOptions {
-        env: vec![
-            ("BATON_REDIS_URL".into(), "redis://127.0.0.1:1/".into()),
-            (
-                "BATON_DATABASE_URL".into(),
-                "postgres://127.0.0.1:1/x".into(),
-            ),
-        ],
-        ..ClusterOptions::default()
-    })
-    .await;
+    let dev = Cluster::start(Stores::Embedded).await;
     for i in 0..20 {
         let (status, body) = dev.chat(&format!("log-{i}"), "my name is Lin").await;
         assert_eq!(status, 200, "{body}");

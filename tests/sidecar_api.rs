@@ -192,7 +192,7 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
         (reqwest::Method::POST, "/readyz"),
         (reqwest::Method::POST, "/metrics"),
         (reqwest::Method::GET, "/v1/admin/drain"),
-        (reqwest::Method::POST, "/v1/admin/prestop"),
+        (reqwest::Method::POST, "/drained"),
         (reqwest::Method::POST, "/v1/admin/status"),
         (reqwest::Method::GET, "/v1/admin/handover"),
         (
@@ -304,9 +304,8 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
         (200, Some("solo")),
         "{body}"
     );
-    // The preStop hook's rule (no token from the node or the pod itself,
-    // an admin token from anywhere else) is tested with a non-loopback
-    // address in `admin_tokens_alone_guard_the_rollout_calls_and_leave_turns_open`.
+    // No address is trusted to drain without a token: see
+    // `admin_tokens_alone_guard_the_rollout_calls_and_leave_turns_open`.
     // Takeover fences out a session's holder: admin only, the tenant in
     // the path. Neither a tenant (not even the session's own) nor a caller
     // without a token may; the admin may, for any tenant.
@@ -802,7 +801,6 @@ async fn admin_tokens_alone_guard_the_rollout_calls_and_leave_turns_open() {
         (reqwest::Method::GET, "/v1/admin/status"),
         (reqwest::Method::POST, "/v1/admin/drain"),
         (reqwest::Method::POST, "/v1/admin/handover"),
-        (reqwest::Method::GET, "/v1/admin/prestop"),
     ] {
         let (status, body, _) = send(http.request(method, format!("{remote}{path}"))).await;
         assert_eq!(
@@ -874,19 +872,14 @@ async fn admin_tokens_alone_guard_the_rollout_calls_and_leave_turns_open() {
         (body["released"].as_u64(), body["stillHeld"].as_u64()),
         (Some(0), Some(0))
     );
-    // The kubelet's preStop hook carries no token: from the pod itself it passes.
-    let (status, body, _) = send(http.get(format!("{}/v1/admin/prestop", replica.url))).await;
-    assert_eq!(status, 200, "{body}");
+    // No address is trusted: from the pod itself (loopback) a drain needs
+    // the admin token too.
     drop(replica);
-
-    // And from the node named by --node-ip.
-    let node = format!("--node-ip={ip}");
-    let replica = Replica::start(&["--listen=0.0.0.0:0", &admins, &node]).await;
-    let port = replica.url.rsplit(':').next().unwrap().to_owned();
-    let (status, body, _) = send(http.get(format!("http://{ip}:{port}/v1/admin/prestop"))).await;
+    let replica = Replica::start(&[&admins]).await;
+    let (status, body, _) = send(http.post(format!("{}/v1/admin/drain", replica.url))).await;
     assert_eq!(
-        (status, body["draining"].as_bool()),
-        (200, Some(true)),
+        (status, body["status"].as_str()),
+        (401, Some("UNAUTHORIZED")),
         "{body}"
     );
 }

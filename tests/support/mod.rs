@@ -93,6 +93,8 @@ pub struct Cluster {
     _dir: tempfile::TempDir,
     _stores: Option<RealStores>,
     pub http: reqwest::Client,
+    /// A dashboard token for `baton dev`'s own routes (with a tokens file).
+    token: Option<String>,
 }
 
 pub struct ClusterOptions {
@@ -105,6 +107,9 @@ pub struct ClusterOptions {
     pub extra_args: Vec<String>,
     /// More environment for `baton dev`.
     pub env: Vec<(String, String)>,
+    /// A token of `--dashboard-tokens-file` (any role), when one is given:
+    /// `baton dev`'s own routes (the replica list) need it.
+    pub dashboard_token: Option<String>,
 }
 
 impl Default for ClusterOptions {
@@ -117,6 +122,7 @@ impl Default for ClusterOptions {
             drain_timeout: "10s",
             extra_args: Vec::new(),
             env: Vec::new(),
+            dashboard_token: None,
         }
     }
 }
@@ -237,6 +243,7 @@ impl Cluster {
             _dir: dir,
             _stores: real,
             http: reqwest::Client::new(),
+            token: options.dashboard_token,
         };
         cluster.wait_ready().await;
         cluster
@@ -255,12 +262,11 @@ impl Cluster {
     }
 
     pub async fn replicas(&self) -> Result<Vec<Value>, reqwest::Error> {
-        self.http
-            .get(format!("{}/v1/dev/replicas", self.url))
-            .send()
-            .await?
-            .json()
-            .await
+        let mut request = self.http.get(format!("{}/v1/dev/replicas", self.url));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await?.json().await
     }
 
     pub async fn replica(&self, id: &str) -> Value {

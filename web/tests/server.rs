@@ -519,10 +519,17 @@ async fn actions_are_refused_with_the_rule_and_audited() {
     )
     .await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    // Each refusal is audited: who tried, and why not.
+    let refusals = f.dashboard.audit.entries();
+    assert_eq!(refusals.len(), 4, "{refusals:?}");
     assert!(
-        f.dashboard.audit.entries().is_empty(),
-        "refusals before acting are not actions"
+        refusals
+            .iter()
+            .all(|e| !e.ok && e.detail.starts_with("refused: ") && e.action == "drain"),
+        "{refusals:?}"
     );
+    assert!(refusals[3].detail.contains("operator role"), "{refusals:?}");
+    assert_eq!(refusals[0].who, "ops", "{refusals:?}");
 
     // With it, each failure is audited with its reason.
     let cases = [
@@ -560,7 +567,7 @@ async fn actions_are_refused_with_the_rule_and_audited() {
             .unwrap()
             .to_owned();
         assert!(
-            location.ends_with(&format!("?done={}", i + 1)),
+            location.ends_with(&format!("?done={}", i + 1 + refusals.len())),
             "{location}"
         );
         let entry = &f.dashboard.audit.entries()[0];
@@ -579,7 +586,7 @@ async fn actions_are_refused_with_the_rule_and_audited() {
     let html = get(&f.router, &viewer, "/dashboard/audit").await.body;
     assert_eq!(
         html.matches("class=\"entry\"").count(),
-        cases.len(),
+        cases.len() + refusals.len(),
         "{html}"
     );
     // Nothing reaches a page that names a store or a secret.

@@ -67,9 +67,12 @@ pub mod ports {
 pub mod paths {
     pub const HEALTHZ: &str = "/healthz";
     pub const READYZ: &str = "/readyz";
-    /// Starts a drain and blocks until the in-flight turns finished or the
-    /// drain timeout passed. A GET because kubelet's httpGet hooks only GET.
-    pub const PRESTOP: &str = "/v1/admin/prestop";
+    /// Answers once this replica has drained: waits for a drain to start
+    /// (SIGTERM, or an operator's `POST` to [`DRAIN`]) and for its turns to
+    /// end. Changes nothing, so it needs no token: the agent container's
+    /// preStop hook (an httpGet, which cannot carry a secret) waits on it so
+    /// the agent keeps serving the turns the sidecar is finishing.
+    pub const DRAINED: &str = "/drained";
     /// Starts a drain (`?wait=true`: and waits for it).
     pub const DRAIN: &str = "/v1/admin/drain";
     /// What the replica runs: draining, turns in flight, layout.
@@ -78,15 +81,35 @@ pub mod paths {
     pub const HANDOVER: &str = "/v1/admin/handover";
 }
 
+/// Headers of the sidecar's admin API.
+pub mod headers {
+    /// Who an admin call acts for (`alice (dashboard)`, `operator`): the
+    /// admin token says the caller may act, this says on whose behalf, so
+    /// the sidecar's log of a drain or takeover names a person.
+    pub const ACTOR: &str = "x-baton-actor";
+
+    /// `name` as an [`ACTOR`] header value: printable ASCII only (a header
+    /// carries no other), anything else as `?`, at most 128 characters.
+    pub fn actor_value(name: &str) -> String {
+        name.chars()
+            .take(128)
+            .map(|c| {
+                if c == ' ' || c.is_ascii_graphic() {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect()
+    }
+}
+
 /// Environment variables injected into the pods.
 pub mod env {
     pub const REPLICA_ID: &str = "BATON_REPLICA_ID";
     pub const POD_NAMESPACE: &str = "BATON_POD_NAMESPACE";
     /// The pod's IP (downward API), for [`ADVERTISE_URL`].
     pub const POD_IP: &str = "BATON_POD_IP";
-    /// The node's IP (downward API): the kubelet's preStop hooks come from
-    /// it, and may drain without a token (they cannot carry a secret).
-    pub const HOST_IP: &str = "BATON_HOST_IP";
     /// Set (`true`) for `spec.rollout.migrateLayout`: the sidecar may take
     /// over stores that hold another data layout.
     pub const ADOPT_LAYOUT: &str = "BATON_ADOPT_LAYOUT";

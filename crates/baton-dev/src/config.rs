@@ -35,11 +35,15 @@ pub struct DevArgs {
     pub data_dir: PathBuf,
 
     /// Use this Redis (with `--database-url`) instead of the embedded store.
-    #[arg(long)]
+    /// A URL with a password belongs in the environment, not on the
+    /// command line (every local user can read a command line); the
+    /// replicas get it through theirs.
+    #[arg(long, env = "BATON_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 
-    /// Postgres URL of the turn ledger (with `--redis-url`).
-    #[arg(long)]
+    /// Postgres URL of the turn ledger (with `--redis-url`); as for
+    /// `--redis-url`, pass one with a password in the environment.
+    #[arg(long, env = "BATON_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
     /// The workspace store; without `--s3-endpoint` a directory under
@@ -74,6 +78,11 @@ pub enum DevCommand {
         /// The running `baton dev`'s front door.
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         url: String,
+        /// File holding an operator's token of the running `baton dev`'s
+        /// `--dashboard-tokens-file` (needed when it has one). A file, not
+        /// a flag's value: a command line is readable by every local user.
+        #[arg(long, env = "BATON_DASHBOARD_TOKEN_FILE", hide_env_values = true)]
+        token_file: Option<PathBuf>,
     },
 }
 

@@ -16,9 +16,10 @@ use serde_json::json;
 
 use crate::replica::ReplicaSlot;
 
-/// Largest request body the front door passes on (the sidecar has its own,
-/// smaller limit and answers 413 with its message).
-pub const MAX_FORWARD_BYTES: usize = 64 * 1024 * 1024;
+/// Largest request body the front door passes on: the sidecars' own limit
+/// (`baton dev` starts them with the default), so an oversized body is
+/// refused here, before the front door holds any of it.
+pub const MAX_FORWARD_BYTES: usize = baton_sidecar::config::DEFAULT_MAX_BODY_BYTES;
 
 /// Header on every forwarded answer: the replica that served it.
 pub const REPLICA_HEADER: &str = "x-baton-replica";
@@ -41,6 +42,28 @@ fn hop_by_hop(name: &HeaderName) -> bool {
             | "host"
             | "content-length"
     )
+}
+
+/// What a client of the front door may reach on a replica: the turn and
+/// session API and the probes. Never the admin API (drain, takeover,
+/// status): the front door connects from loopback, and what it forwards
+/// comes from anyone who can reach it.
+///
+/// A path with a dot segment (`..`, `%2e%2e`, …) or a backslash is no
+/// route: the forwarding client's URL parser would resolve
+/// `/v1/sessions/../admin/drain` to the admin API.
+pub fn client_route(path: &str) -> bool {
+    let dot_segment = path.split('/').any(|segment| {
+        let segment = segment.to_ascii_lowercase().replace("%2e", ".");
+        segment == "." || segment == ".."
+    });
+    if dot_segment || path.contains('\\') {
+        return false;
+    }
+    path == "/api/chat"
+        || path.starts_with("/v1/sessions/")
+        || path == baton_api::constants::paths::HEALTHZ
+        || path == baton_api::constants::paths::READYZ
 }
 
 /// The sidecar's error shape (body and `x-baton-outcome`), for the front
@@ -94,18 +117,35 @@ impl FrontDoor {
     }
 
     pub async fn forward(self: Arc<Self>, req: Request) -> Response {
+        if !client_route(req.uri().path()) {
+            return refusal(
+                StatusCode::NOT_FOUND,
+                Outcome::NotFound,
+                format!(
+                    "{}: the front door passes on the client API only (/api/chat, /v1/sessions/…, /healthz, /readyz); drain and take over from the dashboard (/dashboard) or with `baton dev rollout`",
+                    req.uri().path()
+                ),
+            );
+        }
+        let too_large = |what: String| {
+            refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Outcome::TooLarge,
+                format!("request body: {what}; the limit is {MAX_FORWARD_BYTES} bytes"),
+            )
+        };
+        let announced = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(length) = announced.filter(|l| *l > MAX_FORWARD_BYTES as u64) {
+            return too_large(format!("{length} bytes"));
+        }
         let (parts, body) = req.into_parts();
         let body = match axum::body::to_bytes(body, MAX_FORWARD_BYTES).await {
             Ok(b) => b,
-            Err(e) => {
-                return refusal(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    Outcome::TooLarge,
-                    format!(
-                        "request body: {e} (the front door passes at most {MAX_FORWARD_BYTES} bytes)"
-                    ),
-                );
-            }
+            Err(e) => return too_large(format!("{e}")),
         };
         let path = parts
             .uri
@@ -198,4 +238,42 @@ async fn relay(answer: reqwest::Response, replica: &str) -> Response {
 
 pub async fn forward(State(door): State<Arc<FrontDoor>>, req: Request) -> Response {
     door.forward(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_client_api_is_forwarded() {
+        for path in [
+            "/api/chat",
+            "/v1/sessions/s-1/turns",
+            "/v1/sessions/s-1",
+            "/v1/sessions/s-1/files/notes.md",
+            "/v1/sessions/a.b/files/.env",
+            "/v1/sessions/a%5Cb",
+            "/healthz",
+            "/readyz",
+        ] {
+            assert!(client_route(path), "{path}");
+        }
+        for path in [
+            "/v1/admin/drain",
+            "/v1/admin/prestop",
+            "/v1/admin/status",
+            "/v1/admin/tenants/t/sessions/s/takeover",
+            "/drained",
+            "/metrics",
+            "/",
+            "/v1/sessions/../admin/drain",
+            "/v1/sessions/%2e%2e/admin/drain",
+            "/v1/sessions/%2E./admin/drain",
+            "/v1/sessions/s/./x",
+            "/v1/sessions\\..\\admin/drain",
+            "/api/chat/",
+        ] {
+            assert!(!client_route(path), "{path}");
+        }
+    }
 }

@@ -38,6 +38,8 @@ const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 struct Dev {
     door: Arc<FrontDoor>,
+    /// Who may call `baton dev`'s own routes, and their audit log.
+    dashboard: Arc<baton_web::server::Dashboard>,
     args: DevArgs,
     http: reqwest::Client,
     rolling: Arc<tokio::sync::Mutex<()>>,
@@ -60,8 +62,8 @@ fn free_port() -> std::io::Result<u16> {
 
 /// Runs `baton dev` (or its `rollout` subcommand) until Ctrl-C or SIGTERM.
 pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
-    if let Some(DevCommand::Rollout { url }) = &args.command {
-        return rollout_client(url).await;
+    if let Some(DevCommand::Rollout { url, token_file }) = &args.command {
+        return rollout_client(url, token_file.as_deref()).await;
     }
     args.check().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&args.data_dir)
@@ -105,6 +107,7 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     }
     let dev = Arc::new(Dev {
         door: Arc::new(FrontDoor::new(slots.clone())),
+        dashboard: dashboard.clone(),
         args: args.clone(),
         http: reqwest::Client::new(),
         rolling: Arc::new(tokio::sync::Mutex::new(())),
@@ -118,13 +121,20 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
         .layer(axum::middleware::from_fn(
             baton_sidecar::http::json_refusals,
         ))
+        .layer(axum::middleware::from_fn(baton_web::server::same_origin))
         .with_state(dev.clone())
-        .merge(baton_web::server::router(dashboard))
+        .merge(baton_web::server::router(dashboard.clone()))
         .fallback_service(
             Router::new()
                 .fallback(front_door::forward)
                 .with_state(dev.door.clone()),
-        );
+        )
+        // Open (no tokens file, loopback): every route answers loopback
+        // names only, the turn API too (a rebound page could run turns).
+        .layer(axum::middleware::from_fn_with_state(
+            dashboard,
+            baton_web::server::loopback_names_when_open,
+        ));
     let announced = dev.clone();
     tokio::spawn(async move {
         if wait_all_ready(&announced.door.slots, Duration::from_secs(60)).await {
@@ -141,16 +151,20 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     });
     let failed = Arc::new(std::sync::Mutex::new(None));
     let failing = failed.clone();
-    axum::serve(baton_web::server::no_delay(listener), app)
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                _ = shutdown_signal() => {}
-                Some(never_ready) = fatal_rx.recv() => {
-                    *failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(never_ready);
-                }
+    // The client's address: the dashboard limits failed sign-ins per address.
+    axum::serve(
+        baton_web::server::no_delay(listener),
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            Some(never_ready) = fatal_rx.recv() => {
+                *failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(never_ready);
             }
-        })
-        .await?;
+        }
+    })
+    .await?;
     println!("baton dev: stopping");
     let _ = stop_tx.send(true);
     for s in supervisors {
@@ -193,7 +207,7 @@ fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], e
     };
     println!("  dashboard    http://{front}/dashboard ({access})");
     println!(
-        "try: curl -s http://{front}/api/chat -d '{{\"sessionId\":\"s-1\",\"input\":\"my name is Lin\"}}'"
+        "try: curl -s http://{front}/api/chat --json '{{\"sessionId\":\"s-1\",\"input\":\"my name is Lin\"}}'"
     );
 }
 
@@ -291,26 +305,31 @@ struct ReplicaFilter {
 /// README's kill -9 step, in one request.
 async fn list_replicas(
     State(dev): State<Arc<Dev>>,
+    headers: axum::http::HeaderMap,
     axum::extract::Query(filter): axum::extract::Query<ReplicaFilter>,
 ) -> Response {
+    // With a tokens file, reading needs a dashboard token (any role).
+    if !dev.dashboard.auth.is_open() {
+        match dev.dashboard.auth.bearer_viewer(&headers) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return refused(
+                    StatusCode::UNAUTHORIZED,
+                    Outcome::Unauthorized,
+                    "send `Authorization: Bearer <token>` with a token of --dashboard-tokens-file"
+                        .into(),
+                );
+            }
+            Err(e) => return refused(StatusCode::UNAUTHORIZED, Outcome::Unauthorized, e),
+        }
+    }
     let all: Vec<replica::ReplicaStatus> = dev.door.slots.iter().map(|s| s.status()).collect();
     let Some(session) = filter.holding else {
         return Json(all).into_response();
     };
     let owner = match lease_owner(&dev, &all, &session).await {
         Ok(owner) => owner,
-        Err((status, outcome, error)) => {
-            let mut refused = (
-                status,
-                Json(json!({ "status": outcome.as_str(), "error": error })),
-            )
-                .into_response();
-            refused.headers_mut().insert(
-                baton_sidecar::http::OUTCOME_HEADER,
-                axum::http::HeaderValue::from_static(outcome.as_str()),
-            );
-            return refused;
-        }
+        Err((status, outcome, error)) => return refused(status, outcome, error),
     };
     // A holder is the replica's id plus a suffix per process start.
     let holding: Vec<_> = all
@@ -359,36 +378,75 @@ async fn lease_owner(
     Ok(body["lease"]["owner"].as_str().map(String::from))
 }
 
-async fn post_rollout(State(dev): State<Arc<Dev>>) -> Response {
+/// A refusal in the sidecar's error shape (body and outcome header).
+fn refused(status: StatusCode, outcome: Outcome, error: String) -> Response {
+    let mut response = (
+        status,
+        Json(json!({ "status": outcome.as_str(), "error": error })),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        baton_sidecar::http::OUTCOME_HEADER,
+        axum::http::HeaderValue::from_static(outcome.as_str()),
+    );
+    response
+}
+
+/// What the audit log names a rollout's target.
+const EVERY_REPLICA: &str = "every replica";
+
+/// Replaces every replica, as an operator: the dashboard's gate decides
+/// who may (a token of the tokens file with the operator role, or on an
+/// open loopback dashboard any local client that is not another site's
+/// page), and the audit log records it, refused or done.
+async fn post_rollout(State(dev): State<Arc<Dev>>, headers: axum::http::HeaderMap) -> Response {
+    use baton_web::server::actions::{Proof, authorize};
+    let viewer = match authorize(
+        &dev.dashboard,
+        &headers,
+        Proof::Api,
+        "rollout",
+        EVERY_REPLICA,
+    )
+    .await
+    {
+        Ok(viewer) => viewer,
+        Err(refusal) => return refusal,
+    };
     let Ok(one_at_a_time) = dev.rolling.clone().try_lock_owned() else {
-        return (
-            StatusCode::CONFLICT,
-            Json(json!({ "status": Outcome::RolloutRunning.as_str(), "error": "a rollout is already running" })),
-        )
-            .into_response();
+        let message = "a rollout is already running".to_owned();
+        dev.dashboard
+            .audit(&viewer.name, "rollout", EVERY_REPLICA, Err(message.clone()))
+            .await;
+        return refused(StatusCode::CONFLICT, Outcome::RolloutRunning, message);
     };
     // Its own task: a client that goes away must not leave a replica
     // drained and never replaced.
+    let actor = viewer.name.clone();
+    let running = dev.clone();
     let task = tokio::spawn(async move {
         let _held = one_at_a_time;
-        rollout(&dev).await
+        rollout(&running, &actor).await
     });
     let outcome = task
         .await
         .unwrap_or_else(|e| Err(format!("the rollout task failed: {e}")));
+    let audited = match &outcome {
+        Ok(steps) => Ok(format!("replaced {} replica(s)", steps.len())),
+        Err(e) => Err(e.clone()),
+    };
+    dev.dashboard
+        .audit(&viewer.name, "rollout", EVERY_REPLICA, audited)
+        .await;
     match outcome {
         Ok(steps) => Json(json!({ "status": "OK", "replaced": steps })).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Json(json!({ "status": Outcome::RolloutFailed.as_str(), "error": e })),
-        )
-            .into_response(),
+        Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, Outcome::RolloutFailed, e),
     }
 }
 
 /// Replaces every replica, one at a time: drain (in-flight turns finish or
 /// are handed over at the drain timeout), stop, start, wait until ready.
-async fn rollout(dev: &Dev) -> Result<Vec<RolloutStep>, String> {
+async fn rollout(dev: &Dev, actor: &str) -> Result<Vec<RolloutStep>, String> {
     let ready_timeout = Duration::from_secs(60);
     let mut steps = Vec::new();
     for slot in &dev.door.slots {
@@ -397,6 +455,10 @@ async fn rollout(dev: &Dev) -> Result<Vec<RolloutStep>, String> {
         let drain = dev
             .http
             .post(format!("{}/v1/admin/drain?wait=true", slot.url()))
+            .header(
+                baton_api::constants::headers::ACTOR,
+                baton_api::constants::headers::actor_value(&format!("{actor} (baton dev rollout)")),
+            )
             .timeout(dev.args.timing.drain_timeout + Duration::from_secs(15))
             .send()
             .await;
@@ -432,9 +494,15 @@ async fn rollout(dev: &Dev) -> Result<Vec<RolloutStep>, String> {
     Ok(steps)
 }
 
-async fn rollout_client(url: &str) -> anyhow::Result<()> {
-    let answer = reqwest::Client::new()
-        .post(format!("{}/v1/dev/rollout", url.trim_end_matches('/')))
+async fn rollout_client(url: &str, token_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let mut request =
+        reqwest::Client::new().post(format!("{}/v1/dev/rollout", url.trim_end_matches('/')));
+    if let Some(path) = token_file {
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("BATON_DASHBOARD_TOKEN_FILE {}", path.display()))?;
+        request = request.bearer_auth(token.trim());
+    }
+    let answer = request
         .send()
         .await
         .with_context(|| format!("is `baton dev` running at {url}?"))?;

@@ -163,9 +163,10 @@ impl ReplicaSlot {
 
         let sidecar_log = self.log_file(args, "sidecar.log")?;
         let mut sidecar = Command::new(&launcher.exe);
-        // `baton dev`'s flags alone choose the stores: a BATON_REDIS_URL
-        // (say) left in the shell would otherwise send the replicas to
-        // Redis while the banner and the dashboard say the embedded store.
+        // `baton dev`'s settings alone choose the stores (its flags, or the
+        // same names in its environment): nothing else of the environment
+        // may send the replicas elsewhere than the banner and the
+        // dashboard say.
         for store_setting in [
             "BATON_REDIS_URL",
             "BATON_DATABASE_URL",
@@ -194,9 +195,11 @@ impl ReplicaSlot {
             .arg(self.workspace_dir(args));
         args.timing.pass_to(&mut sidecar);
         match (&args.redis_url, &args.database_url) {
+            // In the environment, not the command line: the URLs may hold
+            // passwords, and any local user can read a command line.
             (Some(redis), Some(database)) => {
-                sidecar.arg("--redis-url").arg(redis);
-                sidecar.arg("--database-url").arg(database);
+                sidecar.env("BATON_REDIS_URL", redis);
+                sidecar.env("BATON_DATABASE_URL", database);
             }
             _ => {
                 sidecar

@@ -116,7 +116,14 @@ impl Sidecars {
             ip.to_owned()
         };
         let url = format!("http://{host}:{}{path}", ports::SIDECAR_HTTP);
-        let mut request = self.http.request(method, url);
+        let mut request = self
+            .http
+            .request(method, url)
+            // The sidecar's log says who drained it.
+            .header(
+                baton_api::constants::headers::ACTOR,
+                "operator (rolling release)",
+            );
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }

@@ -218,13 +218,17 @@ fn http_probe(path: &str, period_seconds: i32, failure_threshold: i32) -> Probe 
     }
 }
 
-/// Both containers block in preStop until the sidecar has drained: the
-/// kubelet sends SIGTERM only after the hook returns, so the agent keeps
-/// serving the turns the sidecar is finishing.
-fn drain_before_stop() -> Lifecycle {
+/// The agent container blocks in preStop until the sidecar has drained:
+/// the kubelet sends the agent SIGTERM only after the hook returns, so the
+/// agent keeps serving the turns the sidecar is finishing. The sidecar
+/// itself has no hook: the SIGTERM the kubelet sends it at once starts its
+/// drain, and it exits once drained. The hook only waits (see
+/// [`paths::DRAINED`]): nothing reachable over the network starts a drain
+/// without an admin token.
+fn wait_for_the_sidecars_drain() -> Lifecycle {
     Lifecycle {
         pre_stop: Some(LifecycleHandler {
-            http_get: Some(http_get(paths::PRESTOP)),
+            http_get: Some(http_get(paths::DRAINED)),
             ..LifecycleHandler::default()
         }),
         ..Lifecycle::default()
@@ -273,7 +277,7 @@ fn agent_container(agd: &ValidAgentDeployment) -> Container {
         env: Some(container_env),
         resources: spec.resources.clone(),
         volume_mounts: Some(vec![workspace_mount()]),
-        lifecycle: Some(drain_before_stop()),
+        lifecycle: Some(wait_for_the_sidecars_drain()),
         security_context: Some(container_security(false)),
         ..Container::default()
     }
@@ -284,7 +288,6 @@ fn sidecar_container(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> Cont
         env_from_field(env::REPLICA_ID, "metadata.name"),
         env_from_field(env::POD_NAMESPACE, "metadata.namespace"),
         env_from_field(env::POD_IP, "status.podIP"),
-        env_from_field(env::HOST_IP, "status.hostIP"),
         env_from_secret(
             env::ADMIN_TOKENS,
             &agd.names.admin_secret(),
@@ -323,7 +326,6 @@ fn sidecar_container(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> Cont
         startup_probe: Some(http_probe(paths::HEALTHZ, 1, 60)),
         readiness_probe: Some(http_probe(paths::READYZ, 2, 1)),
         liveness_probe: Some(http_probe(paths::HEALTHZ, 10, 3)),
-        lifecycle: Some(drain_before_stop()),
         volume_mounts: Some(vec![
             workspace_mount(),
             VolumeMount {

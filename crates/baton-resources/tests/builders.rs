@@ -216,20 +216,20 @@ fn pods_drain_before_they_stop() {
     let sts = state.replicas();
     let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
     assert!(pod.termination_grace_period_seconds.unwrap() > 45);
-    for name in ["agent", "baton"] {
-        let hook = container(sts, name)
-            .lifecycle
-            .as_ref()
-            .unwrap()
-            .pre_stop
-            .as_ref()
-            .unwrap();
-        assert_eq!(
-            hook.http_get.as_ref().unwrap().path.as_deref(),
-            Some("/v1/admin/prestop"),
-            "{name}"
-        );
-    }
+    // The agent waits in preStop for the sidecar's drain, which the
+    // sidecar's SIGTERM starts: no hook can start a drain over the network.
+    let hook = container(sts, "agent")
+        .lifecycle
+        .as_ref()
+        .unwrap()
+        .pre_stop
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        hook.http_get.as_ref().unwrap().path.as_deref(),
+        Some("/drained")
+    );
+    assert_eq!(container(sts, "baton").lifecycle, None);
 }
 
 #[test]
@@ -422,14 +422,14 @@ fn the_sidecars_read_the_admin_token_the_operator_keeps() {
         .as_ref()
         .unwrap();
     assert_eq!((r.name.as_str(), r.key.as_str()), ("bot-admin", "token"));
-    let host = env_var(sidecar, "BATON_HOST_IP")
-        .value_from
-        .as_ref()
-        .unwrap()
-        .field_ref
-        .as_ref()
-        .unwrap();
-    assert_eq!(host.field_path, "status.hostIP");
+    // No address is trusted to drain, so the node's is not needed.
+    assert!(
+        sidecar
+            .env
+            .iter()
+            .flatten()
+            .all(|e| e.name != "BATON_HOST_IP")
+    );
     let rotated = Credentials {
         admin_token: "another-admin-token-0123".into(),
         ..creds()

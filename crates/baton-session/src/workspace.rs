@@ -95,6 +95,10 @@ pub struct Materialized {
     pub fetched: usize,
     /// Local files removed because the version does not have them.
     pub removed: usize,
+    /// Files of the version that were not restored because their names
+    /// break [`check_file_name`] (a version written before the rule, or
+    /// forged): the turn runs without them, and its commit leaves them out.
+    pub unrestorable: Vec<String>,
     /// What the directory's files looked like when they were checked, for
     /// the next [`WorkspaceStore::snapshot_manifest`].
     pub files: LocalFiles,
@@ -238,8 +242,46 @@ fn manifest_ref_in(prefix: &str, key: &SessionKey, version: u64, fence: u64) -> 
     )
 }
 
-/// The `/`-separated path of `file` inside `root`, refusing anything that
-/// is not a plain relative path.
+/// Longest file name a workspace holds, in bytes of its `/`-separated
+/// path (Linux's `PATH_MAX`), and longest part of it (`NAME_MAX`).
+pub const MAX_FILE_NAME_BYTES: usize = 4096;
+pub const MAX_FILE_NAME_PART_BYTES: usize = 255;
+
+/// The one rule for a workspace file's name, the `/`-separated path a
+/// manifest keys it by: a snapshot stores only names it accepts, and a
+/// restore writes only those, so whatever a turn commits the next turn can
+/// restore, on any replica. A name is UTF-8 and relative; its parts are
+/// not empty, not `.` or `..`, hold no backslash (a separator elsewhere)
+/// and no control character (a newline in a name would forge lines in logs
+/// and listings), and fit the Linux limits.
+pub fn check_file_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("a file name must not be empty");
+    }
+    if name.len() > MAX_FILE_NAME_BYTES {
+        return Err("a file name must be at most 4096 bytes");
+    }
+    for part in name.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return Err("a file name must be a plain relative path (no empty, `.` or `..` part)");
+        }
+        if part.len() > MAX_FILE_NAME_PART_BYTES {
+            return Err("each part of a file name must be at most 255 bytes");
+        }
+        if part.contains('\\') {
+            return Err("a file name must not hold a backslash");
+        }
+        if part.chars().any(char::is_control) {
+            return Err("a file name must not hold control characters");
+        }
+    }
+    Ok(())
+}
+
+/// The `/`-separated name of `file` inside `root`, refusing one that
+/// breaks [`check_file_name`]: the turn fails (AGENT_FAILED, naming the
+/// file) and commits nothing, rather than commit a file no replica could
+/// restore.
 fn relative_name(root: &Path, file: &Path) -> WorkspaceResult<String> {
     let relative = file
         .strip_prefix(root)
@@ -264,22 +306,23 @@ fn relative_name(root: &Path, file: &Path) -> WorkspaceResult<String> {
             }
         }
     }
-    Ok(parts.join("/"))
+    let name = parts.join("/");
+    check_file_name(&name).map_err(|why| WorkspaceError::Refused {
+        path: name.chars().take(256).collect(),
+        why,
+    })?;
+    Ok(name)
 }
 
 /// Where `name` from a manifest goes under `root`, refusing names that
-/// would escape it (a hostile manifest).
+/// break [`check_file_name`] (a hostile or an older manifest).
 fn local_path(root: &Path, name: &str) -> WorkspaceResult<PathBuf> {
+    check_file_name(name).map_err(|why| WorkspaceError::Corrupt {
+        what: name.chars().take(256).collect(),
+        why,
+    })?;
     let mut path = root.to_path_buf();
-    for part in name.split('/') {
-        if part.is_empty() || part == "." || part == ".." || part.contains('\\') {
-            return Err(WorkspaceError::Corrupt {
-                what: name.chars().take(256).collect(),
-                why: "a manifest names a file by a path that is not plain and relative",
-            });
-        }
-        path.push(part);
-    }
+    path.extend(name.split('/'));
     Ok(path)
 }
 
@@ -365,23 +408,27 @@ fn file_entry(path: &Path, meta: &std::fs::Metadata) -> WorkspaceResult<(FileEnt
 /// The local side of materialising: removes what `manifest` does not list
 /// and anything not a plain file where one goes, and answers which files
 /// need their blob (absent or different here). Blocking.
-fn compare_local(
-    dir: &Path,
-    manifest: &Manifest,
-) -> WorkspaceResult<(Vec<String>, usize, LocalFiles)> {
+fn compare_local(dir: &Path, manifest: &Manifest) -> WorkspaceResult<LocalComparison> {
     std::fs::create_dir_all(dir)?;
     let mut removed = 0;
     for file in walk(dir)? {
-        let name = relative_name(dir, &file)?;
-        if !manifest.files.contains_key(&name) {
+        // A local file whose name breaks the rule was never restored from
+        // a version: an earlier turn's leftover, removed like any other.
+        let listed = relative_name(dir, &file)
+            .is_ok_and(|name| manifest.files.contains_key(&name) && check_file_name(&name).is_ok());
+        if !listed {
             std::fs::remove_file(&file)?;
             removed += 1;
         }
     }
     let mut files = LocalFiles::default();
     let mut missing = Vec::new();
+    let mut unrestorable = Vec::new();
     for (name, entry) in &manifest.files {
-        let path = local_path(dir, name)?;
+        let Ok(path) = local_path(dir, name) else {
+            unrestorable.push(name.clone());
+            continue;
+        };
         // An agent may have left a symlink (or a directory) where a file
         // goes, or as one of its parents: never read or write through it.
         removed += clear_non_files(dir, name)?;
@@ -400,7 +447,21 @@ fn compare_local(
         }
         missing.push(name.clone());
     }
-    Ok((missing, removed, files))
+    Ok(LocalComparison {
+        missing,
+        removed,
+        unrestorable,
+        files,
+    })
+}
+
+/// What [`compare_local`] found.
+struct LocalComparison {
+    /// Files to download.
+    missing: Vec<String>,
+    removed: usize,
+    unrestorable: Vec<String>,
+    files: LocalFiles,
 }
 
 /// Content to upload, by blob hash.
@@ -595,10 +656,22 @@ impl WorkspaceStore {
             Some(r) => self.load_manifest(r).await?,
             None => Manifest::default(),
         };
-        let (missing, removed, mut files) = {
+        let LocalComparison {
+            missing,
+            removed,
+            unrestorable,
+            mut files,
+        } = {
             let (dir, manifest) = (dir.to_owned(), manifest.clone());
             blocking(move || compare_local(&dir, &manifest)).await?
         };
+        if !unrestorable.is_empty() {
+            tracing::warn!(
+                reference = ?reference,
+                files = ?unrestorable,
+                "workspace files not restored: their names break the file name rule; the next commit leaves them out"
+            );
+        }
         let mut fetched = 0;
         for name in missing {
             let entry = &manifest.files[&name];
@@ -620,6 +693,7 @@ impl WorkspaceStore {
             manifest,
             fetched,
             removed,
+            unrestorable,
             files,
         })
     }
@@ -889,6 +963,86 @@ mod tests {
         // Another size is another file, whatever the times say.
         let grown = write_aged(&path, "first and more", old);
         assert_eq!(files.hash_of("notes.md", &grown), None);
+    }
+
+    proptest::proptest! {
+        /// Any bytes as a file's path (parts split at `/`, as a file system
+        /// holds them): what a snapshot accepts, a restore writes back to
+        /// the same place; what it refuses, it refuses naming the file.
+        #[test]
+        fn a_name_the_snapshot_accepts_is_one_the_restore_writes(
+            parts in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 1..40),
+                1..4,
+            ),
+        ) {
+            use std::os::unix::ffi::OsStrExt as _;
+            // A file system part holds neither `/` nor NUL.
+            let parts: Vec<Vec<u8>> = parts
+                .into_iter()
+                .map(|p| p.into_iter().filter(|b| *b != b'/' && *b != 0).collect::<Vec<u8>>())
+                .filter(|p| !p.is_empty())
+                .collect();
+            proptest::prop_assume!(!parts.is_empty());
+            let root = Path::new("/ws/a");
+            let mut file = root.to_path_buf();
+            for part in &parts {
+                file.push(std::ffi::OsStr::from_bytes(part));
+            }
+            match relative_name(root, &file) {
+                Ok(name) => {
+                    proptest::prop_assert_eq!(check_file_name(&name), Ok(()));
+                    let other = Path::new("/ws/b");
+                    let restored = local_path(other, &name).unwrap();
+                    proptest::prop_assert_eq!(
+                        restored.strip_prefix(other).unwrap(),
+                        file.strip_prefix(root).unwrap()
+                    );
+                }
+                Err(WorkspaceError::Refused { path, why }) => {
+                    proptest::prop_assert!(!why.is_empty());
+                    proptest::prop_assert!(!path.is_empty());
+                }
+                Err(e) => proptest::prop_assert!(false, "unexpected error {e}"),
+            }
+        }
+
+        /// Any string a manifest may name a file by: the restore writes it
+        /// only when the rule accepts it, and then inside the workspace.
+        #[test]
+        fn the_restore_writes_only_names_the_rule_accepts(name in proptest::prelude::any::<String>()) {
+            let root = Path::new("/ws/a");
+            match local_path(root, &name) {
+                Ok(path) => {
+                    proptest::prop_assert_eq!(check_file_name(&name), Ok(()));
+                    proptest::prop_assert!(path.starts_with(root));
+                    proptest::prop_assert_eq!(relative_name(root, &path).unwrap(), name);
+                }
+                Err(_) => proptest::prop_assert!(check_file_name(&name).is_err()),
+            }
+        }
+    }
+
+    #[test]
+    fn the_file_name_rule_names_what_it_refuses() {
+        for good in ["notes.md", "a/b/c.txt", ".env", "a b", "名字.txt", "x..y"] {
+            assert_eq!(check_file_name(good), Ok(()), "{good:?}");
+        }
+        for (bad, says) in [
+            ("x\\y", "backslash"),
+            ("", "empty"),
+            ("a//b", "plain relative"),
+            ("/etc/passwd", "plain relative"),
+            ("a/../b", "plain relative"),
+            ("./a", "plain relative"),
+            ("a\nb", "control"),
+            ("a\u{7f}", "control"),
+            (&"n".repeat(256), "255 bytes"),
+            (&"n/".repeat(2100), "4096 bytes"),
+        ] {
+            let why = check_file_name(bad).unwrap_err();
+            assert!(why.contains(says), "{bad:?}: {why}");
+        }
     }
 
     /// Blob names come from manifests, which a hostile writer may forge:

@@ -177,11 +177,9 @@ async fn hostile_manifests_and_links_are_refused(store: WorkspaceStore, tag: &st
     let evil_ref = store.put_manifest_for_test(&key, &evil).await.unwrap();
     let target = tempfile::tempdir().unwrap();
     let inner = target.path().join("ws");
-    let err = store
-        .materialize(Some(&evil_ref), &inner)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, WorkspaceError::Corrupt { .. }), "{err}");
+    // Restored without the file it cannot place, which it reports.
+    let done = store.materialize(Some(&evil_ref), &inner).await.unwrap();
+    assert_eq!(done.unrestorable, ["../escaped.txt"]);
     assert!(!target.path().join("escaped.txt").exists());
 
     // A directory an agent left symlinks in: where the version has files
@@ -228,6 +226,82 @@ async fn hostile_manifests_and_links_are_refused(store: WorkspaceStore, tag: &st
             .file_type()
             .is_symlink()
     );
+}
+
+/// One rule for names on both sides: a name the restore could not write
+/// is refused when the snapshot is taken (naming the file, storing
+/// nothing), and a version that already holds one (written before the
+/// rule) restores everything else, reports the rest, and its next snapshot
+/// leaves the name out.
+async fn a_name_no_restore_could_write_is_refused_at_the_snapshot(
+    store: WorkspaceStore,
+    tag: &str,
+) {
+    let key = session(&format!("{tag}-names"));
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "ok.txt", "fine");
+    write(dir.path(), "x\\y", "z");
+    let err = store
+        .snapshot(dir.path(), &Manifest::default(), &key, 1, 1)
+        .await
+        .unwrap_err();
+    match &err {
+        WorkspaceError::Refused { path, why } => {
+            assert_eq!(path, "x\\y");
+            assert!(why.contains("backslash"), "{why}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+    assert!(err.to_string().contains("x\\\\y"), "{err}");
+    let version_1 = manifest_ref(&key, 1, 1);
+    assert!(
+        store.load_manifest(&version_1).await.is_err(),
+        "a refused snapshot stores no manifest"
+    );
+
+    // A version written before the rule, holding such a name.
+    std::fs::remove_file(dir.path().join("x\\y")).unwrap();
+    let good = store
+        .snapshot(dir.path(), &Manifest::default(), &key, 1, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut legacy = store.load_manifest(&good).await.unwrap();
+    let entry = legacy.files["ok.txt"].clone();
+    legacy.files.insert("x\\y".into(), entry);
+    let legacy_ref = store.put_manifest_for_test(&key, &legacy).await.unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    // A leftover of the agent under that name is removed too.
+    write(ws.path(), "x\\y", "left over");
+    let done = store
+        .materialize(Some(&legacy_ref), ws.path())
+        .await
+        .unwrap();
+    assert_eq!(done.unrestorable, ["x\\y"]);
+    assert_eq!(read(ws.path(), "ok.txt"), "fine");
+    assert!(!ws.path().join("x\\y").exists());
+    let next = store
+        .snapshot(ws.path(), &done.manifest, &key, 2, 2)
+        .await
+        .unwrap()
+        .expect("the version changed: the bad name is left out");
+    let next = store.load_manifest(&next).await.unwrap();
+    assert_eq!(next.files.keys().collect::<Vec<_>>(), ["ok.txt"]);
+}
+
+#[tokio::test]
+async fn local_file_names() {
+    let root = tempfile::tempdir().unwrap();
+    a_name_no_restore_could_write_is_refused_at_the_snapshot(
+        WorkspaceStore::local(root.path()).unwrap(),
+        "local",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_file_names() {
+    a_name_no_restore_could_write_is_refused_at_the_snapshot(s3_store(BUCKET).await, "s3").await;
 }
 
 #[tokio::test]

@@ -82,6 +82,11 @@ impl Auth {
         })
     }
 
+    /// Whether every caller may use every API (no token list given).
+    pub fn is_off(&self) -> bool {
+        matches!(self, Self::Off)
+    }
+
     fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
         headers
             .get(axum::http::header::AUTHORIZATION)

@@ -12,6 +12,10 @@ fn duration(value: &str) -> Result<Duration, String> {
     parse_duration(value)
 }
 
+/// Largest request body a sidecar accepts unless told otherwise; `baton
+/// dev`'s front door refuses larger ones before reading them.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
 /// Settings of one sidecar.
 /// The turn protocol's timings: the sidecar's flags, and `baton dev`'s,
 /// which passes them on to its replicas (one source for both helps).
@@ -66,12 +70,6 @@ pub struct SidecarArgs {
     /// drain it.
     #[arg(long, env = env::ADVERTISE_URL, hide_env_values = true)]
     pub advertise_url: Option<String>,
-
-    /// The node's IP (under Kubernetes from `status.hostIP`): the kubelet's
-    /// preStop hook calls from it and cannot send a token, so a drain from
-    /// this address (or from loopback) needs none.
-    #[arg(long, env = env::HOST_IP, hide_env_values = true)]
-    pub node_ip: Option<std::net::IpAddr>,
 
     /// Take over stores that hold another data layout once no replica of
     /// that layout is alive (the operator sets it for
@@ -159,9 +157,8 @@ pub struct SidecarArgs {
 
     /// Bearer tokens of operators for the admin API (drain, status,
     /// handover, takeover), separated by commas. With either token list
-    /// set, the admin API takes only these; the preStop hook needs none
-    /// from the node (`--node-ip`) or loopback. Set alone, they leave the
-    /// turn API as without authentication.
+    /// set, the admin API takes only these, from every address (loopback
+    /// too). Set alone, they leave the turn API as without authentication.
     #[arg(long, env = "BATON_ADMIN_TOKENS", hide_env_values = true)]
     pub admin_tokens: Option<String>,
 
@@ -179,7 +176,7 @@ pub struct SidecarArgs {
     pub worker_threads: usize,
 
     /// Largest request body accepted, in bytes.
-    #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = 1024 * 1024, hide_env_values = true)]
+    #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES, hide_env_values = true)]
     pub max_body_bytes: usize,
 
     /// Largest turn input accepted, in bytes.

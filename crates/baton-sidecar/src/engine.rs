@@ -907,12 +907,13 @@ impl<S: TurnStore + 'static> Engine<S> {
 
     /// Starts draining (once): new turns are refused; running ones get
     /// `drain_timeout` to finish, then are aborted so another replica can
-    /// take their sessions.
-    pub fn start_drain(self: &Arc<Self>) {
+    /// take their sessions. `requested_by` says who asked, for the log.
+    pub fn start_drain(self: &Arc<Self>, requested_by: &str) {
         if !self.inflight.start_drain() {
+            tracing::info!(replica = %self.replica, requested_by, "drain asked again: already draining");
             return;
         }
-        tracing::info!(replica = %self.replica, in_flight = self.inflight.len(), "draining");
+        tracing::info!(replica = %self.replica, in_flight = self.inflight.len(), requested_by, "draining");
         let engine = self.clone();
         let started = Instant::now();
         tokio::spawn(async move {
@@ -961,6 +962,12 @@ impl<S: TurnStore + 'static> Engine<S> {
             self.inflight.remember_unreleased(lease);
         }
         (released, still_held)
+    }
+
+    /// Longest a drain takes: the drain timeout, then the time aborted
+    /// turns take to leave (they release their leases promptly).
+    pub fn drain_wait_limit(&self) -> Duration {
+        self.timings.drain_timeout + Duration::from_secs(10)
     }
 
     /// Waits until the drain finished: no turn runs any more.

@@ -26,6 +26,8 @@ pub struct InFlight {
     turns: Mutex<HashMap<SessionKey, Entry>>,
     count: watch::Sender<usize>,
     draining: AtomicBool,
+    /// Turns true with `draining`, for those who wait for a drain to start.
+    drain_started: watch::Sender<bool>,
     /// Turns told to abort by the drain.
     aborted: AtomicU64,
     /// How long the drain took until no turn ran; `u64::MAX` until then.
@@ -40,6 +42,7 @@ impl Default for InFlight {
             turns: Mutex::new(HashMap::new()),
             count: watch::channel(0).0,
             draining: AtomicBool::new(false),
+            drain_started: watch::channel(false).0,
             aborted: AtomicU64::new(0),
             drained_in_ms: AtomicU64::new(u64::MAX),
             unreleased: Mutex::new(Vec::new()),
@@ -125,7 +128,16 @@ impl InFlight {
     /// Marks the replica draining; true if it was not already.
     pub fn start_drain(&self) -> bool {
         let _turns = self.lock();
-        !self.draining.swap(true, Ordering::SeqCst)
+        let first = !self.draining.swap(true, Ordering::SeqCst);
+        self.drain_started.send_replace(true);
+        first
+    }
+
+    /// Returns once a drain has started (at once if one has).
+    pub async fn drain_started(&self) {
+        let mut started = self.drain_started.subscribe();
+        // The sender lives as long as `self`: an error cannot happen here.
+        let _ = started.wait_for(|started| *started).await;
     }
 
     pub fn len(&self) -> usize {

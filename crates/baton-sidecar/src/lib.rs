@@ -205,7 +205,7 @@ async fn serve<S: ThreadStore>(
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutdown signal: draining");
-        drained.start_drain();
+        drained.start_drain("SIGTERM");
         drained.drained().await;
         stop.send_replace(true);
     });
@@ -222,7 +222,6 @@ fn api<S>(engine: Arc<Engine<S>>, auth: Auth, args: &SidecarArgs) -> Arc<Api<S>>
     Arc::new(Api {
         engine,
         auth,
-        node_ip: args.node_ip,
         max_body_bytes: args.max_body_bytes,
         max_input_bytes: args.max_input_bytes,
     })

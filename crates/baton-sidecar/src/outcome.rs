@@ -37,6 +37,10 @@ outcomes! {
     BadRequest => "BAD_REQUEST",
     Invalid => "INVALID",
     TooLarge => "TOO_LARGE",
+    /// A body that does not say it is JSON (`Content-Type:
+    /// application/json`): a browser sends form and text bodies to another
+    /// site without asking first, so they may not run a turn.
+    UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
     Unauthorized => "UNAUTHORIZED",
     Forbidden => "FORBIDDEN",
     NotFound => "NOT_FOUND",

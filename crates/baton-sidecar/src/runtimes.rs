@@ -112,17 +112,6 @@ pub async fn hand_out(
     }
 }
 
-/// The address a connection came from, for handlers that ask
-/// (`ConnectInfo<Peer>`).
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Lane>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, Lane>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
 /// Serves one lane until `stop` turns true; then the server closes its
 /// connections as their requests finish.
 pub async fn serve<S: TurnStore + SessionCatalog + 'static>(
@@ -130,15 +119,12 @@ pub async fn serve<S: TurnStore + SessionCatalog + 'static>(
     api: Arc<Api<S>>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    axum::serve(
-        lane,
-        http::router(api).into_make_service_with_connect_info::<Peer>(),
-    )
-    .with_graceful_shutdown(async move {
-        // An error means the sender is gone, which also means stop.
-        let _ = stop.wait_for(|stop| *stop).await;
-    })
-    .await?;
+    axum::serve(lane, http::router(api))
+        .with_graceful_shutdown(async move {
+            // An error means the sender is gone, which also means stop.
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await?;
     Ok(())
 }
 

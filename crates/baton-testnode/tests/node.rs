@@ -967,7 +967,8 @@ fn a_whole_agent_deployment_serves_turns_across_replicas() {
         assert_eq!(second["reply"], "Your name is Lin.", "{second}");
         assert_eq!(second["replica"], pod1.as_str(), "{second}");
 
-        // A deleted replica drains through its preStop hooks and is replaced.
+        // A deleted replica drains (SIGTERM to the sidecar, while the
+        // agent's preStop hook waits for the drain) and is replaced.
         let old = fx.pod(&ns, &pod0).await.unwrap().metadata.uid;
         fx.pods(&ns)
             .delete(&pod0, &DeleteParams::default())
@@ -984,8 +985,17 @@ fn a_whole_agent_deployment_serves_turns_across_replicas() {
             },
         )
         .await;
+        let agent_log = std::fs::read_to_string(fx.node.log_path(&ns, &pod0, "agent")).unwrap();
+        assert!(
+            agent_log.contains("running the preStop hook"),
+            "{agent_log}"
+        );
         let log = std::fs::read_to_string(fx.node.log_path(&ns, &pod0, "baton")).unwrap();
-        assert!(log.contains("running the preStop hook"), "{log}");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("draining") && l.contains("SIGTERM")),
+            "{log}"
+        );
         let third = chat(pod0.clone(), "what is my name?").await;
         assert_eq!(third["reply"], "Your name is Lin.", "{third}");
     });

@@ -34,32 +34,92 @@ impl IntoResponse for Refusal {
     }
 }
 
-/// The viewer may act, and the form is theirs.
-fn check(viewer: Option<&Viewer>, csrf: &str) -> Result<Viewer, Refusal> {
+/// How an action's caller proves who they are.
+pub enum Proof<'a> {
+    /// A dashboard form: the sign-in's cookie (the viewer the sign-in
+    /// middleware found) and the form's CSRF token.
+    Form {
+        viewer: Option<&'a Viewer>,
+        csrf: &'a str,
+    },
+    /// An API client (`baton dev rollout`, a script): a dashboard token in
+    /// `Authorization: Bearer`, or nothing on an open (loopback) dashboard
+    /// when no browser sent it (no `Origin` from another site).
+    Api,
+}
+
+/// The one gate of every action: the caller is known, holds the operator
+/// role, and (for a form) sent its sign-in's CSRF token. A refusal is
+/// audited like an action (who tried what, and why not) and answered in
+/// the JSON error shape.
+pub async fn authorize(
+    dashboard: &Dashboard,
+    headers: &HeaderMap,
+    proof: Proof<'_>,
+    action: &str,
+    target: &str,
+) -> Result<Viewer, Response> {
+    let decided = match proof {
+        Proof::Form { viewer, csrf } => may_act(viewer).and_then(|viewer| {
+            if !dashboard.auth.csrf_matches(&viewer, csrf) {
+                Err((
+                    viewer.name.clone(),
+                    Refusal(
+                        StatusCode::FORBIDDEN,
+                        "FORBIDDEN",
+                        "csrf: the form's token is missing or not this sign-in's; reload the page and try again"
+                            .into(),
+                    ),
+                ))
+            } else {
+                Ok(viewer.clone())
+            }
+        }),
+        Proof::Api => match dashboard.auth.bearer_viewer(headers) {
+            Ok(Some(viewer)) => may_act(Some(&viewer)),
+            Ok(None) => may_act(dashboard.auth.viewer(headers).as_ref().filter(|v| v.open)),
+            Err(e) => Err((
+                "unknown token".to_owned(),
+                Refusal(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", e),
+            )),
+        },
+    };
+    match decided {
+        Ok(viewer) => Ok(viewer),
+        Err((who, refusal)) => {
+            dashboard
+                .audit(&who, action, target, Err(format!("refused: {}", refusal.2)))
+                .await;
+            Err(refusal.into_response())
+        }
+    }
+}
+
+/// The viewer may act (signed in, operator role); a refusal names who
+/// tried, for the audit log.
+fn may_act(viewer: Option<&Viewer>) -> Result<Viewer, (String, Refusal)> {
     let Some(viewer) = viewer else {
-        return Err(Refusal(
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHENTICATED",
-            "sign in first".into(),
+        return Err((
+            "anonymous".to_owned(),
+            Refusal(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHENTICATED",
+                "sign in first (or send `Authorization: Bearer <dashboard token>`)".into(),
+            ),
         ));
     };
     if !viewer.may_act() {
-        return Err(Refusal(
-            StatusCode::FORBIDDEN,
-            "FORBIDDEN",
-            format!(
-                "{} is a {}: actions need the operator role",
-                viewer.name,
-                viewer.role.as_str()
+        return Err((
+            viewer.name.clone(),
+            Refusal(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                format!(
+                    "{} is a {}: actions need the operator role",
+                    viewer.name,
+                    viewer.role.as_str()
+                ),
             ),
-        ));
-    }
-    if csrf.is_empty() || csrf != viewer.csrf {
-        return Err(Refusal(
-            StatusCode::FORBIDDEN,
-            "FORBIDDEN",
-            "csrf: the form's token is missing or not this sign-in's; reload the page and try again"
-                .into(),
         ));
     }
     Ok(viewer.clone())
@@ -73,18 +133,34 @@ pub struct SignInForm {
 
 pub async fn sign_in(
     State(dashboard): State<Arc<Dashboard>>,
+    client: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<SignInForm>,
 ) -> Response {
-    match dashboard.auth.sign_in(form.token.trim()) {
-        Some(id) => {
+    let client = client.map(|c| c.0.0.ip().to_canonical());
+    match dashboard.auth.sign_in(form.token.trim(), client) {
+        Ok(id) => {
             let mut response = Redirect::to("/dashboard").into_response();
             response
                 .headers_mut()
                 .insert(header::SET_COOKIE, auth::set_cookie(&id, &headers));
             response
         }
-        None => Redirect::to("/dashboard/signin?failed=1").into_response(),
+        Err(auth::SignInRefused::Unknown) => {
+            Redirect::to("/dashboard/signin?failed=1").into_response()
+        }
+        Err(auth::SignInRefused::TooMany(wait)) => {
+            let seconds = wait.as_secs().max(1);
+            let mut response = refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TOO_MANY_REQUESTS",
+                format!("too many failed sign-ins from this address; try again in {seconds} s"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            response
+        }
     }
 }
 
@@ -108,15 +184,20 @@ pub struct DrainForm {
 pub async fn drain(
     State(dashboard): State<Arc<Dashboard>>,
     viewer: Option<axum::Extension<Viewer>>,
+    headers: HeaderMap,
     Form(form): Form<DrainForm>,
 ) -> Response {
-    let viewer = match check(viewer.as_deref(), &form.csrf) {
+    let proof = Proof::Form {
+        viewer: viewer.as_deref(),
+        csrf: &form.csrf,
+    };
+    let viewer = match authorize(&dashboard, &headers, proof, "drain", &form.replica).await {
         Ok(v) => v,
-        Err(refusal) => return refusal.into_response(),
+        Err(refused) => return refused,
     };
     let outcome = async {
         let replica = data::find_replica(&dashboard, &form.replica).await?;
-        let status = dashboard.sidecars.drain(&replica).await?;
+        let status = dashboard.sidecars.drain(&replica, &viewer.name).await?;
         Ok::<_, String>(format!("draining; {} turn(s) in flight", status.in_flight))
     }
     .await;
@@ -139,13 +220,18 @@ pub struct TakeoverForm {
 pub async fn takeover(
     State(dashboard): State<Arc<Dashboard>>,
     viewer: Option<axum::Extension<Viewer>>,
+    headers: HeaderMap,
     Form(form): Form<TakeoverForm>,
 ) -> Response {
-    let viewer = match check(viewer.as_deref(), &form.csrf) {
-        Ok(v) => v,
-        Err(refusal) => return refusal.into_response(),
-    };
     let target = format!("{}/{}", form.tenant, form.session);
+    let proof = Proof::Form {
+        viewer: viewer.as_deref(),
+        csrf: &form.csrf,
+    };
+    let viewer = match authorize(&dashboard, &headers, proof, "takeover", &target).await {
+        Ok(v) => v,
+        Err(refused) => return refused,
+    };
     let outcome = async {
         let key = data::session_key(&form.tenant, &form.session)?;
         // Any replica can revoke: the lease lives in the store. The holder
@@ -165,7 +251,7 @@ pub async fn takeover(
         for via in &replicas {
             match dashboard
                 .sidecars
-                .takeover(via, &form.tenant, &form.session)
+                .takeover(via, &form.tenant, &form.session, &viewer.name)
                 .await
             {
                 Ok(t) => {

@@ -48,6 +48,13 @@ impl Audit {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("audit log {}: {e}", path.display())),
         }
+        // A file an older build created readable by all becomes the
+        // operators' only.
+        if path.exists() {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("audit log {}: {e}", path.display()))?;
+        }
         Ok(Self {
             file: Some(path),
             entries: Mutex::new(entries),
@@ -81,9 +88,12 @@ impl Audit {
             "dashboard action"
         );
         if let Some(path) = &self.file {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            // Who did what to which session is for the operators only.
             let appended = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(path)
                 .and_then(|mut f| {
                     let line = serde_json::to_string(&entry).map_err(std::io::Error::other)?;
@@ -124,7 +134,17 @@ mod tests {
             .unwrap()
             .write_all(b"not json\n")
             .unwrap();
-        let again = Audit::at(path).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let again = Audit::at(path.clone()).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "an older file is made private: {mode:o}"
+        );
         let entries = again.entries();
         assert_eq!(entries.len(), 2);
         assert_eq!((entries[0].id, entries[0].ok), (2, false));

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde::Serialize;
@@ -22,23 +23,33 @@ pub const EVERY: Duration = Duration::from_secs(1);
 /// Reads `read` every [`EVERY`] and sends what it returns; an error is
 /// sent as an `error` event. Every read is sent, changed or not: the data
 /// carries the server's clock, which lease countdowns are computed from.
-fn changes<T, F, Fut>(read: F) -> Sse<impl Stream<Item = Result<Event, Infallible>>>
+///
+/// The stream ends when the sign-in that opened it does (signed out or
+/// expired): it is asked before every event.
+fn changes<T, F, Fut>(
+    dashboard: Arc<Dashboard>,
+    headers: HeaderMap,
+    read: F,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>>
 where
     T: Serialize,
     F: Fn() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<T, String>> + Send,
 {
     let stream = futures::stream::unfold(
-        (read, tokio::time::interval(EVERY)),
-        |(read, mut tick)| async move {
+        (read, tokio::time::interval(EVERY), dashboard, headers),
+        |(read, mut tick, dashboard, headers)| async move {
             tick.tick().await;
+            if !dashboard.auth.still_signed_in(&headers) {
+                return None;
+            }
             let event = match read().await {
                 Ok(value) => {
                     Event::default().data(serde_json::to_string(&value).unwrap_or_default())
                 }
                 Err(e) => Event::default().event("error").data(e),
             };
-            Some((Ok(event), (read, tick)))
+            Some((Ok(event), (read, tick, dashboard, headers)))
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::default())
@@ -46,10 +57,11 @@ where
 
 pub async fn sessions(
     State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let filters = Filters::from_query(|name| query.get(name).cloned());
-    changes(move || {
+    changes(dashboard.clone(), headers, move || {
         let (dashboard, filters) = (dashboard.clone(), filters.clone());
         async move { dashboard.live_pages.sessions(&dashboard, &filters).await }
     })
@@ -85,9 +97,10 @@ impl SharedReads {
 
 pub async fn session(
     State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
     Path((tenant, session)): Path<(String, String)>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    changes(move || {
+    changes(dashboard.clone(), headers, move || {
         let (dashboard, tenant, session) = (dashboard.clone(), tenant.clone(), session.clone());
         async move { data::session(&dashboard, &tenant, &session, false).await }
     })
@@ -95,8 +108,9 @@ pub async fn session(
 
 pub async fn replicas(
     State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    changes(move || {
+    changes(dashboard.clone(), headers, move || {
         let dashboard = dashboard.clone();
         async move { data::replicas(&dashboard).await }
     })

@@ -174,8 +174,106 @@ pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
         .route("/dashboard/pkg/{file}", get(asset))
         .merge(pages)
         .merge(rest)
-        .layer(middleware::from_fn_with_state(dashboard, signed_in))
+        .layer(middleware::from_fn_with_state(dashboard.clone(), signed_in))
+        .layer(middleware::from_fn(same_origin))
+        .layer(middleware::from_fn_with_state(
+            dashboard,
+            loopback_names_when_open,
+        ))
         .layer(middleware::from_fn(page_headers))
+}
+
+/// Whether `host` (a `Host` header: name or address, maybe a port) names
+/// this machine's loopback: `localhost` (and names under it), `127.0.0.0/8`
+/// or `[::1]`.
+pub fn loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        })
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A refusal of a request that came through the wrong door.
+fn wrong_door(message: String) -> Response {
+    let mut response = (
+        StatusCode::FORBIDDEN,
+        axum::Json(serde_json::json!({ "status": "FORBIDDEN", "error": message })),
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert("x-baton-outcome", HeaderValue::from_static("FORBIDDEN"));
+    response
+}
+
+fn host_of(request: &Request) -> &str {
+    request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// An open dashboard (loopback, no tokens) answers only requests for a
+/// loopback name: a page of another site whose name was made to resolve
+/// to 127.0.0.1 (DNS rebinding) sends its own name as `Host`. `baton dev`
+/// puts its whole listener behind this when its dashboard is open.
+pub async fn loopback_names_when_open(
+    axum::extract::State(dashboard): axum::extract::State<Arc<Dashboard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = host_of(&request);
+    if dashboard.auth.is_open() && !loopback_host(host) {
+        return wrong_door(format!(
+            "host: {:?} is not a loopback name; this server is open (no tokens file) and answers only requests for localhost or 127.0.0.1",
+            host.chars().take(100).collect::<String>()
+        ));
+    }
+    next.run(request).await
+}
+
+/// No state-changing request whose `Origin` is another site than the one
+/// asked (`Host`): the dashboard's actions and `baton dev`'s own routes
+/// come from their own pages or from clients that send no `Origin`.
+pub async fn same_origin(request: Request, next: Next) -> Response {
+    let host = host_of(&request);
+    let safe = matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if !safe && let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let authority = origin
+            .split_once("://")
+            .map_or("", |(_, rest)| rest.trim_end_matches('/'));
+        if authority.is_empty() || !authority.eq_ignore_ascii_case(host) {
+            tracing::warn!(
+                origin = %origin.chars().take(100).collect::<String>(),
+                host = %host.chars().take(100).collect::<String>(),
+                path = %request.uri().path(),
+                "refused a state-changing request from another site"
+            );
+            return wrong_door(format!(
+                "origin: {:?} is not this dashboard ({host}); actions come from its own pages",
+                origin.chars().take(100).collect::<String>()
+            ));
+        }
+    }
+    next.run(request).await
 }
 
 /// The sign-in page, its form and the bundle are open; everything else
@@ -318,13 +416,16 @@ pub struct DashboardArgs {
 /// the client's delayed ACK (40 ms on Linux).
 pub fn no_delay(
     listener: tokio::net::TcpListener,
-) -> impl axum::serve::Listener<Addr = std::net::SocketAddr> {
+) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
     use axum::serve::ListenerExt as _;
-    listener.tap_io(|tcp| {
+    fn set_nodelay(tcp: &mut tokio::net::TcpStream) {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY");
         }
-    })
+    }
+    // A named type (not `impl Listener`): axum gives a tapped listener's
+    // connections their client address (`ConnectInfo<SocketAddr>`).
+    listener.tap_io(set_nodelay as fn(&mut tokio::net::TcpStream))
 }
 
 /// Who may sign in: the tokens file, or open on a loopback address only.
@@ -428,7 +529,11 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         .route("/", get(|| async { Redirect::to("/dashboard") }))
         // Liveness and readiness of the dashboard's pod (no sign-in).
         .route("/healthz", get(|| async { "ok" }));
-    axum::serve(no_delay(listener), app)
-        .await
-        .map_err(|e| e.to_string())
+    // The client's address: failed sign-ins are limited per address.
+    axum::serve(
+        no_delay(listener),
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .await
+    .map_err(|e| e.to_string())
 }

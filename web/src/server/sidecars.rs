@@ -37,6 +37,7 @@ impl Sidecars {
         method: reqwest::Method,
         path: &str,
         timeout: Duration,
+        actor: Option<&str>,
     ) -> Result<T, String> {
         let name = &replica.info.replica;
         let Some(base) = replica.info.url.as_deref() else {
@@ -50,6 +51,13 @@ impl Sidecars {
             .timeout(timeout);
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
+        }
+        // The sidecar logs whom a drain or takeover was for.
+        if let Some(actor) = actor
+            .map(|a| baton_api::constants::headers::actor_value(&format!("{a} (dashboard)")))
+            .and_then(|a| reqwest::header::HeaderValue::from_str(&a).ok())
+        {
+            request = request.header(baton_api::constants::headers::ACTOR, actor);
         }
         let answer = request
             .send()
@@ -73,17 +81,19 @@ impl Sidecars {
             reqwest::Method::GET,
             "/v1/admin/status",
             STATUS_TIMEOUT,
+            None,
         )
         .await
     }
 
     /// Starts draining (the sidecar answers at once; the page follows it).
-    pub async fn drain(&self, replica: &ReplicaView) -> Result<ReplicaStatus, String> {
+    pub async fn drain(&self, replica: &ReplicaView, actor: &str) -> Result<ReplicaStatus, String> {
         self.call(
             replica,
             reqwest::Method::POST,
             "/v1/admin/drain",
             ACTION_TIMEOUT,
+            Some(actor),
         )
         .await
     }
@@ -93,14 +103,21 @@ impl Sidecars {
         via: &ReplicaView,
         tenant: &str,
         session: &str,
+        actor: &str,
     ) -> Result<Takeover, String> {
         let path = format!(
             "/v1/admin/tenants/{}/sessions/{}/takeover",
             crate::format::url_encode(tenant),
             crate::format::url_encode(session)
         );
-        self.call(via, reqwest::Method::POST, &path, ACTION_TIMEOUT)
-            .await
+        self.call(
+            via,
+            reqwest::Method::POST,
+            &path,
+            ACTION_TIMEOUT,
+            Some(actor),
+        )
+        .await
     }
 }
 

@@ -11,6 +11,34 @@ pub(super) fn admin<S>(api: &Api<S>, headers: &HeaderMap) -> ApiResult<()> {
     Ok(())
 }
 
+/// Longest actor name kept for the log.
+const MAX_ACTOR_CHARS: usize = 128;
+
+/// Who an authorised admin call acts for, for the log: the caller's
+/// `x-baton-actor` (control characters dropped, cut at 128 characters),
+/// else what let it in.
+pub(super) fn actor<S>(api: &Api<S>, headers: &HeaderMap) -> String {
+    let said = headers
+        .get(baton_api::constants::headers::ACTOR)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_ACTOR_CHARS)
+                .collect::<String>()
+        })
+        .filter(|v| !v.trim().is_empty());
+    let credential = if api.auth.is_off() {
+        "no token: authentication is off"
+    } else {
+        "an admin token"
+    };
+    match said {
+        Some(name) => format!("{name} (with {credential})"),
+        None => format!("unnamed caller (with {credential})"),
+    }
+}
+
 pub(super) fn status<S: TurnStore + 'static>(engine: &Engine<S>) -> ReplicaStatus {
     let turns = engine.inflight.snapshot();
     ReplicaStatus {
@@ -42,7 +70,7 @@ pub(super) async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
     headers: HeaderMap,
 ) -> ApiResult<(StatusCode, Json<ReplicaStatus>)> {
     admin(&api, &headers)?;
-    api.engine.start_drain();
+    api.engine.start_drain(&actor(&api, &headers));
     if query.wait {
         api.engine.drained().await;
         return Ok((StatusCode::OK, Json(status(&api.engine))));
@@ -50,25 +78,35 @@ pub(super) async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
     Ok((StatusCode::ACCEPTED, Json(status(&api.engine))))
 }
 
-/// kubelet's preStop hook: drain, and answer once no turn runs. The
-/// kubelet cannot send a secret with an httpGet hook, so a call from the
-/// pod's node (or from inside the pod) needs no token; anyone else needs an
-/// admin token, as for a drain.
-pub(super) async fn prestop<S: TurnStore + SessionCatalog + 'static>(
+/// The agent container's preStop hook: answers once this replica has
+/// drained, so the kubelet stops the agent only after the sidecar finished
+/// the turns that call it. It waits for a drain to start (the sidecar's
+/// SIGTERM starts one) but never starts one itself: a GET changes nothing,
+/// so it needs no token, and no address is trusted to drain (the node's
+/// address is also what any client looks like after a NodePort's SNAT).
+/// The wait is bounded by the drain timeout plus the time aborted turns
+/// take to leave; past it the answer is 503 NOT_DRAINED.
+pub(super) async fn drained<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
-    peer: Option<axum::Extension<axum::extract::ConnectInfo<crate::runtimes::Peer>>>,
-    headers: HeaderMap,
-) -> ApiResult<Json<ReplicaStatus>> {
-    let from_node = peer.is_some_and(|p| {
-        let ip = p.0.0.0.ip().to_canonical();
-        ip.is_loopback() || api.node_ip == Some(ip)
-    });
-    if !from_node {
-        admin(&api, &headers)?;
+) -> ApiResult<&'static str> {
+    let engine = &api.engine;
+    let limit = engine.drain_wait_limit();
+    let waited = tokio::time::timeout(limit, async {
+        engine.inflight.drain_started().await;
+        engine.drained().await;
+    })
+    .await;
+    match waited {
+        Ok(()) => Ok("drained\n"),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::NotDrained,
+            format!(
+                "this replica has not drained within {limit:?} (a drain starts at SIGTERM or POST {})",
+                paths::DRAIN
+            ),
+        )),
     }
-    api.engine.start_drain();
-    api.engine.drained().await;
-    Ok(Json(status(&api.engine)))
 }
 
 pub(super) async fn get_status<S: TurnStore + SessionCatalog + 'static>(
@@ -95,7 +133,7 @@ pub(super) async fn post_handover<S: TurnStore + SessionCatalog + 'static>(
         ));
     }
     let (released, still_held) = api.engine.hand_over().await;
-    tracing::info!(released, still_held, "handover");
+    tracing::info!(released, still_held, requested_by = %actor(&api, &headers), "handover");
     Ok(Json(Handover {
         released,
         still_held,
@@ -117,7 +155,7 @@ pub(super) async fn post_takeover<S: TurnStore + SessionCatalog + 'static>(
         .map_err(|e| ApiError::bad_request(format!("session id: {e}")).with("field", "session"))?;
     let key = SessionKey { tenant, session };
     let revoked = api.engine.store.revoke(&key).await?;
-    tracing::info!(session = %key, revoked = ?revoked, "takeover");
+    tracing::info!(session = %key, revoked = ?revoked, requested_by = %actor(&api, &headers), "takeover");
     Ok(Json(Takeover {
         tenant: key.tenant.to_string(),
         session: key.session.to_string(),

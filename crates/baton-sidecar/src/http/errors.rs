@@ -156,10 +156,11 @@ impl From<TurnError> for ApiError {
             TurnError::Agent(AgentCallError::Unreachable(_)) => {
                 status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
             }
-            TurnError::Agent(_)
-            | TurnError::BadAgentState(_)
-            | TurnError::Workspace(WorkspaceError::Refused { .. }) => {
-                status(StatusCode::BAD_GATEWAY)
+            TurnError::Agent(_) | TurnError::BadAgentState(_) => status(StatusCode::BAD_GATEWAY),
+            // The agent left a file the workspace cannot hold: named, so
+            // the agent's author can tell which.
+            TurnError::Workspace(WorkspaceError::Refused { path, .. }) => {
+                status(StatusCode::BAD_GATEWAY).with("file", path)
             }
             TurnError::Workspace(
                 WorkspaceError::BadManifest(..)
@@ -178,31 +179,24 @@ pub(super) type ApiResult<T> = Result<T, ApiError>;
 
 /// Parses a JSON body strictly: 413 when too large, 400 when not JSON,
 /// 422 naming the field when the shape is wrong.
-pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
-    let body = body.map_err(|rejection| {
-        let status = rejection.status();
-        let outcome = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            Outcome::TooLarge
-        } else {
-            Outcome::BadRequest
-        };
-        ApiError::new(
-            status,
-            outcome,
-            format!("request body: {}", rejection.body_text()),
-        )
-    })?;
+pub fn parse_body<T: DeserializeOwned>(body: Bytes) -> ApiResult<T> {
     let mut de = serde_json::Deserializer::from_slice(&body);
     let parsed: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_data() {
+            // A missing field is reported at the object holding it (".");
+            // name the field itself, which serde's message quotes.
+            let field = match (path.as_str(), missing_field(&inner.to_string())) {
+                (".", Some(missing)) => missing,
+                _ => path,
+            };
             ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 Outcome::Invalid,
-                format!("field {path}: {inner}"),
+                format!("field {field}: {inner}"),
             )
-            .with("field", path)
+            .with("field", field)
         } else {
             ApiError::bad_request(format!("request body is not valid JSON: {inner}"))
         }
@@ -210,4 +204,56 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> A
     de.end()
         .map_err(|e| ApiError::bad_request(format!("request body has trailing data: {e}")))?;
     Ok(parsed)
+}
+
+/// The field serde's "missing field `x`" names.
+fn missing_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("missing field `")?;
+    Some(rest[..rest.find('`')?].to_owned())
+}
+
+/// A request body must say it is JSON. `application/x-www-form-urlencoded`,
+/// `multipart/form-data` and `text/plain` are what a page on another site
+/// may send without the browser asking this server first (CORS), so a
+/// body of those types never runs a turn.
+pub fn require_json(headers: &HeaderMap) -> ApiResult<()> {
+    let given = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = given.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    let said = if given.is_empty() {
+        "none".to_owned()
+    } else {
+        format!("{:?}", given.chars().take(64).collect::<String>())
+    };
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Outcome::UnsupportedMediaType,
+        format!(
+            "header content-type: must be application/json (given: {said}); with curl, use --json"
+        ),
+    )
+    .with("field", "content-type"))
+}
+
+/// Reads a request body of at most `limit` bytes, once the caller has
+/// checked who is asking (a body is never read for a refused request).
+pub async fn read_body(body: axum::body::Body, limit: usize) -> ApiResult<Bytes> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Outcome::TooLarge,
+                format!("request body: over the limit of {limit} bytes"),
+            )
+        } else {
+            ApiError::bad_request(format!("request body: {e}"))
+        }
+    })
 }

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -52,8 +51,6 @@ const RECENT_TURNS: u32 = 20;
 pub struct Api<S> {
     pub engine: Arc<Engine<S>>,
     pub auth: Auth,
-    /// The node's IP (`BATON_HOST_IP`): its preStop calls need no token.
-    pub node_ip: Option<std::net::IpAddr>,
     pub max_body_bytes: usize,
     pub max_input_bytes: usize,
 }
@@ -150,7 +147,7 @@ pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Rout
         .route("/v1/sessions/{session}/files/{*name}", get(get_file::<S>))
         .route("/api/chat", post(post_chat::<S>))
         .route(paths::DRAIN, post(post_drain::<S>))
-        .route(paths::PRESTOP, get(prestop::<S>))
+        .route(paths::DRAINED, get(drained::<S>))
         .route(paths::STATUS, get(get_status::<S>))
         .route(paths::HANDOVER, post(post_handover::<S>))
         .route(
@@ -181,7 +178,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn parse(body: &[u8]) -> ApiResult<TurnBody> {
-        parse_body(Ok(Bytes::copy_from_slice(body)))
+        parse_body(Bytes::copy_from_slice(body))
     }
 
     #[test]
@@ -202,6 +199,8 @@ mod tests {
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         let e = parse(br#"{}"#).unwrap_err();
         assert!(e.message.contains("input"), "{}", e.message);
+        // A missing field is named, not the object holding it.
+        assert_eq!(e.field("field"), Some(&json!("input")), "{}", e.message);
     }
 
     proptest! {

@@ -31,10 +31,25 @@ pub struct TurnQuery {
 impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
     pub(super) fn key(&self, headers: &HeaderMap, session: &str) -> ApiResult<SessionKey> {
         let tenant: TenantId = self.auth.tenant(headers)?;
+        Self::key_of(tenant, session)
+    }
+
+    fn key_of(tenant: TenantId, session: &str) -> ApiResult<SessionKey> {
         let session = SessionId::new(session).map_err(|e| {
             ApiError::bad_request(format!("session id: {e}")).with("field", "session")
         })?;
         Ok(SessionKey { tenant, session })
+    }
+
+    /// A turn's body, read only once the caller is known and the body says
+    /// it is JSON.
+    async fn turn_body<T: DeserializeOwned>(
+        &self,
+        headers: &HeaderMap,
+        body: axum::body::Body,
+    ) -> ApiResult<T> {
+        errors::require_json(headers)?;
+        parse_body(errors::read_body(body, self.max_body_bytes).await?)
     }
 
     pub(super) fn ask(
@@ -147,10 +162,10 @@ pub(super) async fn post_turn<S: TurnStore + SessionCatalog + 'static>(
     Path(session): Path<String>,
     Query(query): Query<TurnQuery>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: axum::body::Body,
 ) -> ApiResult<Response> {
     let key = api.key(&headers, &session)?;
-    let body: TurnBody = parse_body(body)?;
+    let body: TurnBody = api.turn_body(&headers, body).await?;
     let ask = api.ask(key, body.input, body.turn_seq, &query)?;
     let answer = run_to_completion(&api.engine, ask).await?;
     Ok(answer_json(&api.engine.replica, answer))
@@ -160,10 +175,11 @@ pub(super) async fn post_chat<S: TurnStore + SessionCatalog + 'static>(
     State(api): State<Arc<Api<S>>>,
     Query(query): Query<TurnQuery>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: axum::body::Body,
 ) -> ApiResult<Response> {
-    let body: ChatBody = parse_body(body)?;
-    let key = api.key(&headers, &body.session_id).map_err(|e| {
+    let tenant = api.auth.tenant(&headers)?;
+    let body: ChatBody = api.turn_body(&headers, body).await?;
+    let key = Api::<S>::key_of(tenant, &body.session_id).map_err(|e| {
         if e.field("field") == Some(&json!("session")) {
             e.with("field", "sessionId")
         } else {

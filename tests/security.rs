@@ -1,0 +1,540 @@
+//! The holes an attacker looks for first, each tried on live processes
+//! (`baton dev`, `baton sidecar`): an anonymous request that drains, a
+//! file name that breaks a session, actions that skip the dashboard's
+//! gate, a foreign page's form that runs a turn. Each test fails on a
+//! build that has the hole.
+
+mod support;
+
+use std::io::{Read as _, Write as _};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+const ADMIN_TOKEN: &str = "admin-token-0123456789";
+const OPERATOR_TOKEN: &str = "operator-token-0123456789";
+const VIEWER_TOKEN: &str = "viewer-token-0123456789";
+
+/// Sends `request` (raw bytes, so a path reaches the server exactly as
+/// written: an HTTP client would resolve `..` first) to `addr` and
+/// returns the status and body.
+fn raw(addr: &str, request: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn host_of(url: &str) -> &str {
+    url.trim_start_matches("http://")
+}
+
+/// No replica of `dev` is draining, and each is ready.
+async fn none_draining(dev: &Cluster) {
+    for replica in dev.replicas().await.unwrap() {
+        assert_eq!(replica["draining"], false, "{replica}");
+        assert_eq!(replica["ready"], true, "{replica}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_door_forwards_no_admin_route_and_no_path_that_climbs_to_one() {
+    let _serial = serial().await;
+    let dev = Cluster::start_with(ClusterOptions {
+        env: vec![
+            (
+                "BATON_AUTH_TOKENS".into(),
+                "tenant-token-0123456789=acme".into(),
+            ),
+            ("BATON_ADMIN_TOKENS".into(), ADMIN_TOKEN.into()),
+        ],
+        ..ClusterOptions::default()
+    })
+    .await;
+    let front = host_of(&dev.url).to_owned();
+    // The GET that drained every replica through the front door, its
+    // POST form, the admin routes with a valid admin token (the front door
+    // is not where operators drain), and paths a forwarding client would
+    // resolve to them.
+    for (method, path, token) in [
+        ("GET", "/v1/admin/prestop", None),
+        ("POST", "/v1/admin/drain", None),
+        ("POST", "/v1/admin/drain?wait=true", Some(ADMIN_TOKEN)),
+        ("GET", "/v1/admin/status", Some(ADMIN_TOKEN)),
+        (
+            "POST",
+            "/v1/admin/tenants/acme/sessions/s-1/takeover",
+            Some(ADMIN_TOKEN),
+        ),
+        ("POST", "/v1/sessions/../admin/drain", Some(ADMIN_TOKEN)),
+        ("POST", "/v1/sessions/%2e%2e/admin/drain", Some(ADMIN_TOKEN)),
+        ("POST", "/v1/sessions/.%2E/admin/drain", Some(ADMIN_TOKEN)),
+        ("GET", "/drained", None),
+    ] {
+        let auth = token
+            .map(|t| format!("authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let (status, body) = raw(
+            &front,
+            &format!(
+                "{method} {path} HTTP/1.1\r\nhost: {front}\r\n{auth}content-length: 0\r\nconnection: close\r\n\r\n"
+            ),
+        );
+        assert_eq!(status, 404, "{method} {path}: {body}");
+        let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        assert_eq!(body["status"], "NOT_FOUND", "{method} {path}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("client API only")),
+            "the refusal says why: {body}"
+        );
+    }
+    none_draining(&dev).await;
+    // An oversized body is refused on its announced length, before any of
+    // it is read (the sidecar's limit, 1 MiB): 413, not a 64 MiB buffer
+    // per request and a 502.
+    let (status, body) = raw(
+        &front,
+        &format!(
+            "POST /api/chat HTTP/1.1\r\nhost: {front}\r\ncontent-type: application/json\r\ncontent-length: 60000000\r\nconnection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body.contains("TOO_LARGE") && body.contains("1048576"),
+        "{body}"
+    );
+    // The client API still passes.
+    let (status, body) = dev
+        .post(
+            &format!("{}/api/chat", dev.url),
+            &json!({ "sessionId": "s-1", "input": "hi" }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (401, Some("UNAUTHORIZED")),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_address_drains_a_sidecar_without_a_token_and_sigterm_does() {
+    let _serial = serial().await;
+    let admins = format!("--admin-tokens={ADMIN_TOKEN}");
+    let replica = Replica::start(&[&admins, "--drain-timeout=10s"]).await;
+    let http = reqwest::Client::new();
+    let status_of = || async {
+        http.get(format!("{}/v1/admin/status", replica.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    // From loopback, the address the preStop exemption trusted: the old
+    // hook's route is gone, and a drain needs the admin token.
+    let (status, body) = raw(
+        host_of(&replica.url),
+        "GET /v1/admin/prestop HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 404, "{body}");
+    let answer = http
+        .post(format!("{}/v1/admin/drain", replica.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401);
+    // A turn in flight, so the drain SIGTERM starts below takes a while.
+    let turn = tokio::spawn({
+        let url = format!("{}/v1/sessions/s-long/turns", replica.url);
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .json(&json!({ "input": "/sleep 3000" }))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    baton_testkit::poll_async(Duration::from_secs(10), "the turn to run", || async {
+        (status_of().await["inFlight"] == 1).then_some(())
+    })
+    .await;
+    // The agent's preStop hook only waits: asked while nothing drains, it
+    // holds the request and changes nothing.
+    let waiting = tokio::spawn({
+        let url = format!("{}/drained", replica.url);
+        async move {
+            let answer = reqwest::get(url).await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    });
+    assert_eq!(status_of().await["draining"], false);
+    let ready = http
+        .get(format!("{}/readyz", replica.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    assert!(!waiting.is_finished(), "the hook answered before any drain");
+    // SIGTERM (what the kubelet sends the sidecar) drains; the waiting
+    // hook then answers.
+    replica.terminate();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the hook answers once the sidecar drained")
+        .unwrap();
+    assert_eq!((status, body.as_str()), (200, "drained\n"), "{body}");
+    // The drain let the running turn finish.
+    assert_eq!(turn.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_name_no_replica_could_restore_fails_its_turn_and_breaks_nothing() {
+    let _serial = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    let (status, body) = dev.chat("bs-2", "my name is Lin").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = dev.chat("bs-2", "/write x\\y z").await;
+    assert_eq!(
+        (status, body["status"].as_str(), body["file"].as_str()),
+        (502, Some("AGENT_FAILED"), Some("x\\y")),
+        "{body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("backslash")),
+        "{body}"
+    );
+    // Nothing committed, and every replica serves the session on.
+    for _ in 0..4 {
+        let (status, body) = dev.chat("bs-2", "what is my name?").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["reply"], "Your name is Lin.", "{body}");
+    }
+    let session = dev.session("bs-2").await;
+    assert_eq!(session["version"], 5, "{session}");
+    // And after every replica was replaced (no local copy left).
+    let out = dev.rollout();
+    assert!(out.status.success(), "{out:?}");
+    let (status, body) = dev.chat("bs-2", "what is my name?").await;
+    assert_eq!(
+        (status, body["stateVersion"].as_u64()),
+        (200, Some(6)),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_pages_form_runs_no_turn_and_bodies_are_read_after_auth() {
+    let _serial = serial().await;
+    let dev = Cluster::start_with(ClusterOptions {
+        env: vec![(
+            "BATON_AUTH_TOKENS".into(),
+            "tenant-token-0123456789=acme".into(),
+        )],
+        ..ClusterOptions::default()
+    })
+    .await;
+    let chat = format!("{}/api/chat", dev.url);
+    let named = || dev.http.post(&chat).bearer_auth("tenant-token-0123456789");
+    let answer = named()
+        .json(&json!({ "sessionId": "s-1", "input": "my name is Lin" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // What a page on another site can send without asking first.
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        let mut request = named()
+            .header("origin", "https://evil.example")
+            .body(r#"{"sessionId":"s-1","input":"my name is Mallory"}"#);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let answer = request.send().await.unwrap();
+        let status = answer.status().as_u16();
+        let outcome = answer.headers()["x-baton-outcome"].clone();
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(
+            (status, body["status"].as_str(), body["field"].as_str()),
+            (415, Some("UNSUPPORTED_MEDIA_TYPE"), Some("content-type")),
+            "{content_type:?}: {body}"
+        );
+        assert_eq!(outcome, "UNSUPPORTED_MEDIA_TYPE");
+    }
+    let answer = named()
+        .json(&json!({ "sessionId": "s-1", "input": "what is my name?" }))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["reply"], "Your name is Lin.", "{body}");
+    // A missing field is named.
+    let body: Value = named()
+        .json(&json!({ "input": "hi" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (body["status"].as_str(), body["field"].as_str()),
+        (Some("INVALID"), Some("sessionId")),
+        "{body}"
+    );
+    // An anonymous body is refused for who sent it, not for what it holds:
+    // 401 for a malformed megabyte, which was never parsed.
+    let junk = "x".repeat(1024 * 1024 - 1);
+    let answer = dev
+        .http
+        .post(&chat)
+        .header("content-type", "application/json")
+        .body(junk)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401);
+}
+
+/// A tokens file for `baton dev`'s dashboard.
+fn tokens_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("tokens.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "- {{name: olivia, role: operator, token: {OPERATOR_TOKEN}}}\n- {{name: victor, role: viewer, token: {VIEWER_TOKEN}}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn audit_lines(dev: &Cluster) -> Vec<Value> {
+    std::fs::read_to_string(dev.data_dir.join("dashboard-audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baton_devs_own_routes_pass_the_dashboards_gate_and_are_audited() {
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path());
+    let dev = Cluster::start_with(ClusterOptions {
+        extra_args: vec![format!("--dashboard-tokens-file={}", tokens.display())],
+        dashboard_token: Some(VIEWER_TOKEN.into()),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let rollout = format!("{}/v1/dev/rollout", dev.url);
+    let replicas = format!("{}/v1/dev/replicas", dev.url);
+    let generations = |list: &Vec<Value>| -> Vec<u64> {
+        list.iter()
+            .map(|r| r["generation"].as_u64().unwrap())
+            .collect()
+    };
+    let list = |token: &'static str| {
+        let http = dev.http.clone();
+        let replicas = replicas.clone();
+        async move {
+            http.get(&replicas)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .json::<Vec<Value>>()
+                .await
+                .unwrap()
+        }
+    };
+    let before = generations(&list(VIEWER_TOKEN).await);
+    // Reading the replicas needs a dashboard token.
+    let answer = dev.http.get(&replicas).send().await.unwrap();
+    assert_eq!(answer.status(), 401);
+    assert_eq!(answer.headers()["x-baton-outcome"], "UNAUTHORIZED");
+
+    // A foreign page's POST is refused on its Origin.
+    let answer = dev
+        .http
+        .post(&rollout)
+        .header("origin", "https://evil.example")
+        .header("content-type", "text/plain")
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
+    let body: Value = answer.json().await.unwrap();
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("origin")),
+        "{body}"
+    );
+    // No credentials, a forged token, a viewer.
+    for (token, status) in [
+        (None, 401),
+        (Some("forged-token-0123456789"), 401),
+        (Some(VIEWER_TOKEN), 403),
+    ] {
+        let mut request = dev.http.post(&rollout);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{token:?}");
+        let body: Value = answer.json().await.unwrap();
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        generations(&list(VIEWER_TOKEN).await),
+        before,
+        "no replica was restarted"
+    );
+    // Each refusal is audited, naming who tried.
+    let refused: Vec<(String, bool)> = audit_lines(&dev)
+        .iter()
+        .filter(|e| e["action"] == "rollout")
+        .map(|e| {
+            (
+                e["who"].as_str().unwrap().to_owned(),
+                e["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("anonymous".to_owned(), false),
+            ("unknown token".to_owned(), false),
+            ("victor".to_owned(), false)
+        ]
+    );
+
+    // The operator's token, from the CLI (read from a file, not argv).
+    let token_file = dir.path().join("operator.token");
+    std::fs::write(&token_file, OPERATOR_TOKEN).unwrap();
+    let out = std::process::Command::new(BATON)
+        .args(["dev", "rollout", "--url", &dev.url])
+        .env("BATON_DASHBOARD_TOKEN_FILE", &token_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let after = generations(&list(OPERATOR_TOKEN).await);
+    assert!(
+        after.iter().zip(&before).all(|(a, b)| a > b),
+        "{before:?} -> {after:?}"
+    );
+    let last = audit_lines(&dev).pop().unwrap();
+    assert_eq!(
+        (
+            last["who"].as_str(),
+            last["action"].as_str(),
+            last["ok"].as_bool()
+        ),
+        (Some("olivia"), Some("rollout"), Some(true)),
+        "{last}"
+    );
+    // The replicas' logs say who drained them.
+    let log = std::fs::read_to_string(
+        dev.data_dir
+            .join("replicas")
+            .join("replica-0")
+            .join("sidecar.log"),
+    )
+    .unwrap();
+    assert!(
+        log.contains("olivia (baton dev rollout)"),
+        "the drain names its actor:\n{log}"
+    );
+}
+
+/// Whether the command line of process `pid` holds `secret`.
+fn command_line_holds(pid: u64, secret: &str) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&cmdline).contains(secret)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_passwords_reach_no_command_line() {
+    let _serial = serial().await;
+    const PASSWORD: &str = "pw-Xq7-never-in-argv";
+    let redis = baton_testkit::RedisServer::start();
+    let set = std::process::Command::new("redis-cli")
+        .args(["-u", &redis.url(), "config", "set", "requirepass", PASSWORD])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{set:?}");
+    let plain_url = redis.url();
+    let redis_url = plain_url.replace("redis://", &format!("redis://:{PASSWORD}@"));
+    let postgres = baton_testkit::PostgresServer::start();
+    // Postgres trusts loopback here: the password is carried, not checked.
+    let database_url = postgres
+        .create_database("baton")
+        .replace("postgres@", &format!("postgres:{PASSWORD}@"));
+    let dev = Cluster::start_with(ClusterOptions {
+        env: vec![
+            ("BATON_REDIS_URL".into(), redis_url.clone()),
+            ("BATON_DATABASE_URL".into(), database_url),
+        ],
+        ..ClusterOptions::default()
+    })
+    .await;
+    // The replicas run on that Redis (the embedded store needs no password).
+    let (status, body) = dev.chat("s-1", "my name is Lin").await;
+    assert_eq!(status, 200, "{body}");
+    let port = plain_url.trim_end_matches('/').rsplit(':').next().unwrap();
+    let keys = std::process::Command::new("redis-cli")
+        .args(["--no-auth-warning", "-p", port, "-a", PASSWORD, "dbsize"])
+        .output()
+        .unwrap();
+    let keys: u64 = String::from_utf8_lossy(&keys.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {keys:?}"));
+    assert!(keys > 0, "the session is in Redis ({plain_url})");
+    let mut pids = vec![u64::from(dev.pid())];
+    for replica in dev.replicas().await.unwrap() {
+        pids.push(replica["pid"].as_u64().unwrap());
+        pids.push(replica["agentPid"].as_u64().unwrap());
+    }
+    for pid in pids {
+        assert!(
+            !command_line_holds(pid, PASSWORD),
+            "process {pid}'s command line holds the store password"
+        );
+    }
+    assert!(!dev.log().contains(PASSWORD), "the log holds the password");
+}
