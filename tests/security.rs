@@ -538,3 +538,113 @@ async fn store_passwords_reach_no_command_line() {
     }
     assert!(!dev.log().contains(PASSWORD), "the log holds the password");
 }
+
+/// Sends `head` and then `trickle` one byte every `every` (a slow client),
+/// and reads what the server answers until it closes the connection.
+/// Returns the answer and how long the connection lasted.
+fn slow_client(addr: &str, head: String, trickle: Vec<u8>, every: Duration) -> (String, Duration) {
+    let started = std::time::Instant::now();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for byte in trickle {
+            // The behaviour under test, not a synchronisation.
+            std::thread::sleep(every);
+            if writer.write_all(&[byte]).is_err() {
+                return;
+            }
+        }
+    });
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off_on_every_listener() {
+    let _serial = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    let replica = Replica::start(&[]).await;
+    let front = host_of(&dev.url).to_owned();
+    let sidecar = host_of(&replica.url).to_owned();
+    let headers_a_byte_every_half_second =
+        b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n"
+            .to_vec();
+    let body_head = |path: &str, host: &str, content_type: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\ncontent-length: 200\r\n\r\n"
+        )
+    };
+    let body = vec![b' '; 200];
+    let mut clients = Vec::new();
+    for (what, addr, head, trickle) in [
+        (
+            "front door, headers",
+            front.clone(),
+            String::new(),
+            headers_a_byte_every_half_second.clone(),
+        ),
+        (
+            "sidecar, headers",
+            sidecar.clone(),
+            String::new(),
+            headers_a_byte_every_half_second.clone(),
+        ),
+        (
+            "front door, a turn's body",
+            front.clone(),
+            body_head("/api/chat", &front, "application/json"),
+            body.clone(),
+        ),
+        (
+            "sidecar, a turn's body",
+            sidecar.clone(),
+            body_head("/v1/sessions/s-1/turns", &sidecar, "application/json"),
+            body.clone(),
+        ),
+        (
+            "dashboard, the sign-in form's body",
+            front.clone(),
+            body_head(
+                "/dashboard/signin",
+                &front,
+                "application/x-www-form-urlencoded",
+            ),
+            body.clone(),
+        ),
+    ] {
+        clients.push(std::thread::spawn(move || {
+            let (answer, lasted) = slow_client(&addr, head, trickle, Duration::from_millis(500));
+            (what, answer, lasted)
+        }));
+    }
+    for client in clients {
+        let (what, answer, lasted) = client.join().unwrap();
+        if what.ends_with("headers") {
+            // 10 s to send headers; the client needed 40 s.
+            assert!(
+                lasted < Duration::from_secs(15),
+                "{what}: open for {lasted:?}"
+            );
+            assert!(!answer.contains(" 200 "), "{what}: {answer}");
+        } else {
+            // 30 s for a body that would take 100 s.
+            assert!(
+                lasted < Duration::from_secs(40),
+                "{what}: open for {lasted:?}"
+            );
+            assert!(answer.starts_with("HTTP/1.1 408"), "{what}: {answer}");
+            assert!(answer.contains("REQUEST_TIMEOUT"), "{what}: {answer}");
+        }
+    }
+    // Both still serve.
+    let (status, body) = dev.chat("s-1", "hi").await;
+    assert_eq!(status, 200, "{body}");
+}

@@ -177,5 +177,12 @@ pub fn router(config: AgentConfig) -> Router {
 
 /// Serves the agent on `listener` until the future is dropped.
 pub async fn serve(listener: tokio::net::TcpListener, config: AgentConfig) -> std::io::Result<()> {
-    axum::serve(listener, router(config)).await
+    baton_serve::serve(
+        listener,
+        router(config),
+        baton_serve::Limits::DEFAULT,
+        std::future::pending(),
+    )
+    .await;
+    Ok(())
 }

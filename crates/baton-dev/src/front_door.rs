@@ -143,9 +143,18 @@ impl FrontDoor {
             return too_large(format!("{length} bytes"));
         }
         let (parts, body) = req.into_parts();
-        let body = match axum::body::to_bytes(body, MAX_FORWARD_BYTES).await {
-            Ok(b) => b,
-            Err(e) => return too_large(format!("{e}")),
+        let deadline = baton_serve::BODY_READ_TIMEOUT;
+        let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_FORWARD_BYTES));
+        let body = match read.await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return too_large(format!("{e}")),
+            Err(_) => {
+                return refusal(
+                    StatusCode::REQUEST_TIMEOUT,
+                    Outcome::RequestTimeout,
+                    format!("request body: not all received within {deadline:?}"),
+                );
+            }
         };
         let path = parts
             .uri

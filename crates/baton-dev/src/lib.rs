@@ -151,20 +151,20 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     });
     let failed = Arc::new(std::sync::Mutex::new(None));
     let failing = failed.clone();
-    // The client's address: the dashboard limits failed sign-ins per address.
-    axum::serve(
+    baton_serve::serve(
         baton_web::server::no_delay(listener),
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        tokio::select! {
-            _ = shutdown_signal() => {}
-            Some(never_ready) = fatal_rx.recv() => {
-                *failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(never_ready);
+        app,
+        baton_serve::Limits::DEFAULT,
+        async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                Some(never_ready) = fatal_rx.recv() => {
+                    *failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(never_ready);
+                }
             }
-        }
-    })
-    .await?;
+        },
+    )
+    .await;
     println!("baton dev: stopping");
     let _ = stop_tx.send(true);
     for s in supervisors {

@@ -54,7 +54,13 @@ pub async fn serve(
             }),
         )
         .with_state(AppState { health, metrics });
-    axum::serve(listener, app).await?;
+    baton_serve::serve(
+        listener,
+        app,
+        baton_serve::Limits::DEFAULT,
+        std::future::pending(),
+    )
+    .await;
     Ok(())
 }
 

@@ -41,6 +41,8 @@ outcomes! {
     /// application/json`): a browser sends form and text bodies to another
     /// site without asking first, so they may not run a turn.
     UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+    /// A request body that did not all arrive within 30 s of its headers.
+    RequestTimeout => "REQUEST_TIMEOUT",
     Unauthorized => "UNAUTHORIZED",
     Forbidden => "FORBIDDEN",
     NotFound => "NOT_FOUND",

@@ -119,12 +119,16 @@ pub async fn serve<S: TurnStore + SessionCatalog + 'static>(
     api: Arc<Api<S>>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    axum::serve(lane, http::router(api))
-        .with_graceful_shutdown(async move {
+    baton_serve::serve(
+        lane,
+        http::router(api),
+        baton_serve::Limits::DEFAULT,
+        async move {
             // An error means the sender is gone, which also means stop.
             let _ = stop.wait_for(|stop| *stop).await;
-        })
-        .await?;
+        },
+    )
+    .await;
     Ok(())
 }
 

@@ -174,6 +174,7 @@ pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
         .route("/dashboard/pkg/{file}", get(asset))
         .merge(pages)
         .merge(rest)
+        .layer(middleware::from_fn(bounded_body))
         .layer(middleware::from_fn_with_state(dashboard.clone(), signed_in))
         .layer(middleware::from_fn(same_origin))
         .layer(middleware::from_fn_with_state(
@@ -181,6 +182,67 @@ pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
             loopback_names_when_open,
         ))
         .layer(middleware::from_fn(page_headers))
+}
+
+/// Largest request body the dashboard reads (its forms and server
+/// functions send a few hundred bytes).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Reads a request's body (after the sign-in check, which runs first)
+/// within [`MAX_BODY_BYTES`] and [`baton_serve::BODY_READ_TIMEOUT`]: a
+/// body sent a byte at a time holds no handler.
+async fn bounded_body(request: Request, next: Next) -> Response {
+    let refuse = |status: StatusCode, outcome: &'static str, message: String| {
+        let mut response = (
+            status,
+            axum::Json(serde_json::json!({ "status": outcome, "error": message })),
+        )
+            .into_response();
+        response
+            .headers_mut()
+            .insert("x-baton-outcome", HeaderValue::from_static(outcome));
+        response
+    };
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_LARGE",
+            format!("request body: the limit is {MAX_BODY_BYTES} bytes"),
+        );
+    }
+    if matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    ) {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let deadline = baton_serve::BODY_READ_TIMEOUT;
+    let bytes =
+        match tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "TOO_LARGE",
+                    format!("request body: {e} (the limit is {MAX_BODY_BYTES} bytes)"),
+                );
+            }
+            Err(_) => {
+                return refuse(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "REQUEST_TIMEOUT",
+                    format!("request body: not all received within {deadline:?}"),
+                );
+            }
+        };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 /// Whether `host` (a `Host` header: name or address, maybe a port) names
@@ -529,11 +591,12 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         .route("/", get(|| async { Redirect::to("/dashboard") }))
         // Liveness and readiness of the dashboard's pod (no sign-in).
         .route("/healthz", get(|| async { "ok" }));
-    // The client's address: failed sign-ins are limited per address.
-    axum::serve(
+    baton_serve::serve(
         no_delay(listener),
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        app,
+        baton_serve::Limits::DEFAULT,
+        std::future::pending(),
     )
-    .await
-    .map_err(|e| e.to_string())
+    .await;
+    Ok(())
 }

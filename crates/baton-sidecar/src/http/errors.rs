@@ -243,7 +243,17 @@ pub fn require_json(headers: &HeaderMap) -> ApiResult<()> {
 /// Reads a request body of at most `limit` bytes, once the caller has
 /// checked who is asking (a body is never read for a refused request).
 pub async fn read_body(body: axum::body::Body, limit: usize) -> ApiResult<Bytes> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    let deadline = baton_serve::BODY_READ_TIMEOUT;
+    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                Outcome::RequestTimeout,
+                format!("request body: not all received within {deadline:?}"),
+            )
+        })?;
+    read.map_err(|e| {
         let too_large = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_large {
