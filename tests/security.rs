@@ -648,3 +648,72 @@ async fn slow_clients_are_cut_off_on_every_listener() {
     let (status, body) = dev.chat("s-1", "hi").await;
     assert_eq!(status, 200, "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_calls_no_sidecar_a_heartbeat_points_elsewhere() {
+    use baton_session::{ReplicaId, TurnStore as _};
+    let _serial = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    // Whoever can write to the stores advertises a listener of theirs.
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    trap.set_nonblocking(true).unwrap();
+    let trap_url = format!("http://{}", trap.local_addr().unwrap());
+    let store = baton_session::sqlite::SqliteStore::open(&dev.data_dir.join("baton.db"))
+        .await
+        .unwrap();
+    store
+        .heartbeat_with(
+            &ReplicaId::new("replica-9-forged").unwrap(),
+            baton_session::ReplicaInfo {
+                replica: "replica-9".into(),
+                url: Some(trap_url.clone()),
+                ..Default::default()
+            },
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let confirm = dev
+        .http
+        .get(format!(
+            "{}/dashboard/confirm?action=drain&replica=replica-9",
+            dev.url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = confirm
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the confirmation page holds the form's token")
+        .to_owned();
+    // The replicas page (status of every live replica) and a drain.
+    let page = dev
+        .http
+        .get(format!("{}/dashboard/replicas", dev.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let drained = dev
+        .http
+        .post(format!("{}/dashboard/actions/drain", dev.url))
+        .form(&[("replica", "replica-9"), ("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert!(drained.status().is_success() || drained.status().is_redirection());
+    let audited = std::fs::read_to_string(dev.data_dir.join("dashboard-audit.jsonl")).unwrap();
+    assert!(
+        audited.contains("cannot vouch for"),
+        "the drain says why it called nobody: {audited}"
+    );
+    match trap.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the dashboard connected to the advertised address: {other:?}"),
+    }
+}

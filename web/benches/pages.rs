@@ -141,7 +141,7 @@ async fn serve() {
     let dashboard = Arc::new(baton_web::server::Dashboard::new(
         Arc::new(catalog),
         None,
-        baton_web::server::Sidecars::new(None),
+        baton_web::server::Sidecars::new(None, baton_web::server::Vouch::Networks(Vec::new())),
         baton_web::server::Auth::open(),
         baton_web::server::Audit::in_memory(),
     ));

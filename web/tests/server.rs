@@ -41,7 +41,10 @@ async fn fixture() -> Fixture {
     let dashboard = Arc::new(Dashboard::new(
         Arc::new(store.clone()),
         Some(workspaces.clone()),
-        Sidecars::new(None),
+        Sidecars::new(
+            None,
+            baton_web::server::Vouch::networks("127.0.0.1").unwrap(),
+        ),
         Auth::from_yaml(std::path::Path::new("tokens.yaml"), &tokens).unwrap(),
         Audit::in_memory(),
     ));

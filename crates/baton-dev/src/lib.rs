@@ -66,18 +66,34 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
         return rollout_client(url, token_file.as_deref()).await;
     }
     args.check().map_err(anyhow::Error::msg)?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("data dir {}", args.data_dir.display()))?;
-    // Held until this function returns (or the process dies, any way).
-    let _data_dir = lock::DataDirLock::take(&args.data_dir)?;
-    let embedded = args.redis_url.is_none();
-    // Before the replicas start: it migrates the embedded store once,
-    // before several replica processes open it.
-    let dashboard = dashboard(&args).await?;
+    // A data directory in use is refused first (the message names the
+    // running `baton dev`); a new one is created only once the front
+    // door's port is ours, so a `baton dev` that cannot serve leaves no
+    // empty store behind.
+    let existing_lock = if args.data_dir.is_dir() {
+        Some(lock::DataDirLock::take(&args.data_dir)?)
+    } else {
+        None
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .with_context(|| format!("front door on {}", args.listen))?;
+        .with_context(|| {
+            format!(
+                "front door on {} (another program holds it? choose another address with --listen)",
+                args.listen
+            )
+        })?;
     let front = listener.local_addr()?;
+    // Held until this function returns (or the process dies, any way).
+    let _data_dir = match existing_lock {
+        Some(lock) => lock,
+        None => {
+            std::fs::create_dir_all(&args.data_dir)
+                .with_context(|| format!("data dir {}", args.data_dir.display()))?;
+            lock::DataDirLock::take(&args.data_dir)?
+        }
+    };
+    let embedded = args.redis_url.is_none();
 
     let mut slots = Vec::new();
     for i in 0..args.replicas {
@@ -87,6 +103,9 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
             free_port()?,
         )));
     }
+    // Before the replicas start: it migrates the embedded store once,
+    // before several replica processes open it.
+    let dashboard = dashboard(&args, &slots).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let launcher = Arc::new(Launcher {
         exe,
@@ -213,7 +232,13 @@ fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], e
 
 /// The dashboard on the front door: over the same stores as the replicas,
 /// its audit log in the data directory.
-async fn dashboard(args: &DevArgs) -> anyhow::Result<Arc<baton_web::server::Dashboard>> {
+async fn dashboard(
+    args: &DevArgs,
+    slots: &[Arc<ReplicaSlot>],
+) -> anyhow::Result<Arc<baton_web::server::Dashboard>> {
+    let replicas = slots.to_vec();
+    let replica_urls: Arc<dyn Fn() -> Vec<String> + Send + Sync> =
+        Arc::new(move || replicas.iter().map(|s| s.url()).collect());
     use baton_web::server::{Audit, Catalog, Dashboard, Sidecars, auth_for};
     let catalog: Arc<dyn Catalog> = match (&args.redis_url, &args.database_url) {
         (Some(redis), Some(database)) => Arc::new(
@@ -239,7 +264,8 @@ async fn dashboard(args: &DevArgs) -> anyhow::Result<Arc<baton_web::server::Dash
         catalog,
         Some(workspaces),
         // The replicas' admin API is open: `baton dev` gives them no tokens.
-        Sidecars::new(None),
+        // Only its own replicas are called, whatever a heartbeat says.
+        Sidecars::new(None, baton_web::server::Vouch::Urls(replica_urls)),
         auth_for(args.dashboard_tokens_file.as_deref(), args.listen).map_err(anyhow::Error::msg)?,
         Audit::at(args.data_dir.join("dashboard-audit.jsonl")).map_err(anyhow::Error::msg)?,
     ));

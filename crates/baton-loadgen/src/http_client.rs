@@ -66,6 +66,8 @@ impl Http {
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(connections)
+            .pool_idle_timeout(std::time::Duration::from_secs(5))
+            .pool_timer(hyper_util::rt::TokioTimer::new())
             .build(connector);
         Ok(Self { client, auth })
     }

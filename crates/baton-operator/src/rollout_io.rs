@@ -85,6 +85,7 @@ impl Default for Sidecars {
         Self {
             http: reqwest::Client::builder()
                 .timeout(SIDECAR_TIMEOUT)
+                .pool_idle_timeout(baton_serve::CLIENT_POOL_IDLE)
                 .build()
                 .expect("an HTTP client without TLS builds"),
         }

@@ -61,6 +61,13 @@ impl Default for Limits {
     }
 }
 
+/// How long a client should keep an idle connection to a Baton listener
+/// for reuse: well under [`Limits::header_read_timeout`], after which the
+/// server closes it, so a client never sends a request into a connection
+/// the server is closing at that moment (the request would fail as if the
+/// server had died during it).
+pub const CLIENT_POOL_IDLE: Duration = Duration::from_secs(5);
+
 /// How long a request's body may take to arrive, once its headers are in:
 /// the callers that read a body give it this long.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);

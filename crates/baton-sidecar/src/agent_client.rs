@@ -78,7 +78,13 @@ impl AgentClient {
         // algorithm would only hold them back.
         connector.set_nodelay(true);
         Self {
-            http: Client::builder(TokioExecutor::new()).build(connector),
+            // Idle connections go before the agent's server closes them (a
+            // turn sent into a closing connection would fail as if the
+            // agent had died during it).
+            http: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(baton_serve::CLIENT_POOL_IDLE)
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .build(connector),
             uri,
             address,
             timeout,

@@ -27,7 +27,7 @@ use leptos_axum::{LeptosRoutes, generate_route_list};
 pub use audit::Audit;
 pub use auth::Auth;
 pub use catalog::Catalog;
-pub use sidecars::Sidecars;
+pub use sidecars::{Sidecars, Vouch};
 
 use crate::{App, shell};
 
@@ -452,6 +452,20 @@ pub struct DashboardArgs {
     #[arg(long, env = "BATON_DASHBOARD_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Where the deployment's sidecars are: networks (`10.244.0.0/16`) or
+    /// addresses, separated by commas. The dashboard calls a sidecar (with
+    /// the admin token) only at an advertised URL whose host is an address
+    /// in one of them: a heartbeat is store data, and whoever can write
+    /// there could point it anywhere. Unset: no sidecar is called (no
+    /// in-flight turns, drain or takeover).
+    #[arg(
+        long,
+        env = "BATON_DASHBOARD_SIDECAR_NETWORKS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub sidecar_networks: String,
+
     /// File the audit log is appended to (one JSON line per action);
     /// unset: kept in memory only.
     #[arg(long, env = "BATON_DASHBOARD_AUDIT_LOG", hide_env_values = true)]
@@ -563,7 +577,10 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
     let mut dashboard = Dashboard::new(
         catalog,
         workspaces,
-        Sidecars::new(args.admin_token.clone()),
+        Sidecars::new(
+            args.admin_token.clone(),
+            sidecars::Vouch::networks(&args.sidecar_networks)?,
+        ),
         auth,
         audit,
     );

@@ -2,6 +2,11 @@
 //! heartbeat: their status (in-flight turns), drain and takeover, with the
 //! admin token the sidecars were given. Every failure is a sentence naming
 //! the replica and what went wrong.
+//!
+//! A heartbeat is data in the stores, and anyone who can write there can
+//! advertise any URL: the dashboard calls a sidecar (and sends its admin
+//! token) only at an address it can vouch for ([`Vouch`]): in `baton dev`
+//! its own replicas, elsewhere the networks it was told its sidecars are in.
 
 use std::time::Duration;
 
@@ -14,20 +19,85 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 /// replica that takes longer is likely stuck, and the next one is tried.
 const ACTION_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Which advertised addresses the dashboard calls.
+#[derive(Clone)]
+pub enum Vouch {
+    /// Exactly these base URLs, as their owner knows them now (`baton
+    /// dev`: its replicas).
+    Urls(std::sync::Arc<dyn Fn() -> Vec<String> + Send + Sync>),
+    /// URLs whose host is an IP address in one of these networks
+    /// (`baton dashboard --sidecar-networks`); none: no sidecar is called.
+    Networks(Vec<ipnet::IpNet>),
+}
+
+impl Vouch {
+    /// Parses `--sidecar-networks`: CIDRs (`10.0.0.0/8`) or addresses,
+    /// separated by commas; each problem names its entry.
+    pub fn networks(spec: &str) -> Result<Self, String> {
+        let mut networks = Vec::new();
+        for (i, entry) in spec.split(',').map(str::trim).enumerate() {
+            if entry.is_empty() {
+                continue;
+            }
+            let network = entry
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    format!(
+                        "BATON_DASHBOARD_SIDECAR_NETWORKS entry {i}: {entry:?} is not a network (10.0.0.0/8) or an address"
+                    )
+                })?;
+            networks.push(network);
+        }
+        Ok(Self::Networks(networks))
+    }
+
+    /// Whether the dashboard may call `url`.
+    pub fn vouches(&self, url: &str) -> bool {
+        match self {
+            Self::Urls(urls) => {
+                let url = url.trim_end_matches('/');
+                urls()
+                    .iter()
+                    .any(|known| known.trim_end_matches('/') == url)
+            }
+            Self::Networks(networks) => {
+                let Ok(parsed) = reqwest::Url::parse(url) else {
+                    return false;
+                };
+                // An address, never a name: a name could resolve anywhere.
+                let Some(host) = parsed
+                    .host_str()
+                    .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+                    .and_then(|h| h.parse::<std::net::IpAddr>().ok())
+                else {
+                    return false;
+                };
+                matches!(parsed.scheme(), "http" | "https")
+                    && parsed.username().is_empty()
+                    && networks.iter().any(|n| n.contains(&host))
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Sidecars {
     http: reqwest::Client,
     admin_token: Option<String>,
+    vouch: Vouch,
 }
 
 impl Sidecars {
-    pub fn new(admin_token: Option<String>) -> Self {
+    pub fn new(admin_token: Option<String>, vouch: Vouch) -> Self {
         Self {
             http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(1))
+                .pool_idle_timeout(baton_serve::CLIENT_POOL_IDLE)
                 .build()
                 .unwrap_or_default(),
             admin_token: admin_token.filter(|t| !t.is_empty()),
+            vouch,
         }
     }
 
@@ -45,6 +115,12 @@ impl Sidecars {
                 "{name} does not advertise its address (its sidecar needs --advertise-url)"
             ));
         };
+        if !self.vouch.vouches(base) {
+            tracing::warn!(replica = %name, url = %base, "not calling a sidecar at an address the dashboard cannot vouch for");
+            return Err(format!(
+                "{name} advertises {base}, an address this dashboard cannot vouch for (baton dashboard --sidecar-networks); not called"
+            ));
+        }
         let mut request = self
             .http
             .request(method, format!("{}{path}", base.trim_end_matches('/')))
@@ -129,5 +205,38 @@ fn reason(e: &reqwest::Error) -> &'static str {
         "connection refused or unreachable"
     } else {
         "the connection failed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_vouched_addresses_are_called() {
+        let nets = Vouch::networks("10.244.0.0/16, 127.0.0.1").unwrap();
+        assert!(nets.vouches("http://10.244.3.7:7070"));
+        assert!(nets.vouches("http://127.0.0.1:7070/"));
+        for other in [
+            "http://127.0.0.2:7070",
+            "http://10.245.0.1:7070",
+            "http://evil.example:7070",
+            "http://localhost:7070",
+            "http://user@10.244.3.7:7070",
+            "file:///etc/passwd",
+            "not a url",
+        ] {
+            assert!(!nets.vouches(other), "{other}");
+        }
+        assert!(
+            !Vouch::networks("")
+                .unwrap()
+                .vouches("http://127.0.0.1:7070")
+        );
+        let e = Vouch::networks("10.0.0.0/8,ten").err().unwrap();
+        assert!(e.contains("entry 1"), "{e}");
+        let urls = Vouch::Urls(std::sync::Arc::new(|| vec!["http://127.0.0.1:4000".into()]));
+        assert!(urls.vouches("http://127.0.0.1:4000/"));
+        assert!(!urls.vouches("http://127.0.0.1:18999"));
     }
 }
