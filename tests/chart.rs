@@ -181,6 +181,16 @@ fn default_render_is_valid_and_hardened() {
     assert_eq!(role["rules"], rules["rules"]);
     assert!(find(&docs, "PodDisruptionBudget", "baton-operator").is_some());
     assert!(find(&docs, "Role", "baton-operator").is_none());
+    // Leases only in its own namespace: no right to kube-system's leader
+    // leases or the nodes' leases in kube-node-lease.
+    let cluster_wide = serde_yaml::to_string(&role["rules"]).unwrap();
+    assert!(!cluster_wide.contains("leases"), "{cluster_wide}");
+    let lease = find(&docs, "Role", "baton-operator-leader-election").expect("lease Role");
+    assert_eq!(
+        lease["metadata"]["namespace"].as_str(),
+        Some("baton-system")
+    );
+    assert_eq!(lease["rules"], rules["leaderElectionRules"]);
 
     // The dashboard: on, without sign-in it stays on the pod's loopback,
     // so there is no Service to reach it by.

@@ -94,15 +94,22 @@ pub const RULES: &[Rule] = &[
         group: "coordination.k8s.io",
         resources: &["leases"],
         verbs: &["get", "create", "patch"],
-        why: "leader election (kube-lease-manager creates, reads and patches the Lease; the leader reads it back)",
+        why: "leader election (kube-lease-manager creates, reads and patches the Lease; the leader reads it back), in the operator's own namespace only: a Role there, never in the cluster role, so it cannot touch kube-system's or the nodes' leases",
     },
 ];
 
+/// Whether a rule is the leader election Lease's, which is granted in the
+/// operator's own namespace only.
+fn is_lease_rule(rule: &Rule) -> bool {
+    rule.group == "coordination.k8s.io"
+}
+
+/// The role's rules: every rule but the Lease's (and `skip`).
 fn policy_rules(skip: Option<usize>) -> Vec<PolicyRule> {
     RULES
         .iter()
         .enumerate()
-        .filter(|(i, _)| Some(*i) != skip)
+        .filter(|(i, rule)| Some(*i) != skip && !is_lease_rule(rule))
         .map(|(_, rule)| PolicyRule {
             api_groups: Some(vec![rule.group.to_owned()]),
             resources: Some(rule.resources.iter().map(|r| (*r).to_owned()).collect()),
@@ -115,11 +122,16 @@ fn policy_rules(skip: Option<usize>) -> Vec<PolicyRule> {
 /// The rule of the leader election Lease alone: the namespaced variant
 /// grants it in the operator's own namespace.
 fn leader_election_rules() -> Vec<PolicyRule> {
-    let lease_rule = RULES
+    RULES
         .iter()
-        .position(|r| r.group == "coordination.k8s.io")
-        .expect("RULES has the lease rule");
-    vec![policy_rules(None).swap_remove(lease_rule)]
+        .filter(|rule| is_lease_rule(rule))
+        .map(|rule| PolicyRule {
+            api_groups: Some(vec![rule.group.to_owned()]),
+            resources: Some(rule.resources.iter().map(|r| (*r).to_owned()).collect()),
+            verbs: rule.verbs.iter().map(|v| (*v).to_owned()).collect(),
+            ..PolicyRule::default()
+        })
+        .collect()
 }
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
@@ -202,37 +214,36 @@ pub fn objects(options: &RbacOptions<'_>) -> Vec<RbacObject> {
                 },
                 subjects: Some(vec![subject]),
             }));
-            if watched != ns {
-                // Leader election happens in the operator's own namespace.
-                let name = format!("{NAME}-leader-election");
-                out.push(RbacObject::Role(Role {
-                    metadata: meta(&name, Some(ns)),
-                    rules: Some(leader_election_rules()),
-                }));
-                out.push(RbacObject::RoleBinding(RoleBinding {
-                    metadata: meta(&name, Some(ns)),
-                    role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
-                        kind: "Role".into(),
-                        name,
-                    },
-                    subjects: Some(vec![Subject {
-                        kind: "ServiceAccount".into(),
-                        name: NAME.into(),
-                        namespace: Some(ns.to_owned()),
-                        api_group: None,
-                    }]),
-                }));
-            }
         }
     }
+    // Leader election happens in the operator's own namespace, whatever it
+    // watches: a Role there, never a cluster-wide right to Leases.
+    let name = format!("{NAME}-leader-election");
+    out.push(RbacObject::Role(Role {
+        metadata: meta(&name, Some(ns)),
+        rules: Some(leader_election_rules()),
+    }));
+    out.push(RbacObject::RoleBinding(RoleBinding {
+        metadata: meta(&name, Some(ns)),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name,
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: NAME.into(),
+            namespace: Some(ns.to_owned()),
+            api_group: None,
+        }]),
+    }));
     out
 }
 
 /// The rules alone, for the Helm chart's templates
 /// (`charts/baton/files/operator-rbac.yaml`): `rules` (the role) and
-/// `leaderElectionRules` (the Lease rule, granted in the operator's own
-/// namespace when it watches another one). The chart names and binds them.
+/// `leaderElectionRules` (the Lease rule, always granted by a Role in the
+/// operator's own namespace). The chart names and binds them.
 pub fn rules_yaml() -> Result<String, serde_yaml::Error> {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -295,7 +306,28 @@ mod tests {
             })
             .collect();
         assert_eq!(roles.len(), 1);
-        assert_eq!(roles[0].rules.as_ref().unwrap().len(), RULES.len());
+        let rules = roles[0].rules.as_ref().unwrap();
+        assert_eq!(rules.len(), RULES.len() - 1);
+        assert!(
+            rules.iter().all(|r| !r
+                .api_groups
+                .iter()
+                .flatten()
+                .any(|g| g == "coordination.k8s.io")),
+            "the cluster role grants no Lease anywhere"
+        );
+        let leases: Vec<_> = objects
+            .iter()
+            .filter_map(|o| match o {
+                RbacObject::Role(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(leases.len(), 1);
+        assert_eq!(
+            leases[0].metadata.namespace.as_deref(),
+            Some("baton-system")
+        );
     }
 
     #[test]
@@ -332,6 +364,6 @@ mod tests {
         let RbacObject::ClusterRole(role) = &objects[1] else {
             panic!("cluster role second")
         };
-        assert_eq!(role.rules.as_ref().unwrap().len(), RULES.len() - 1);
+        assert_eq!(role.rules.as_ref().unwrap().len(), RULES.len() - 2);
     }
 }
