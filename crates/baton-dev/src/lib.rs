@@ -197,17 +197,17 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
 }
 
 fn print_banner(args: &DevArgs, front: SocketAddr, slots: &[Arc<ReplicaSlot>], embedded: bool) {
+    // Absolute: started from another directory, a relative path would look
+    // like an empty store (every conversation lost) when it is another one.
+    let data_dir = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
     let stores = if embedded {
-        format!(
-            "embedded (SQLite {})",
-            args.data_dir.join("baton.db").display()
-        )
+        format!("embedded (SQLite {})", data_dir.join("baton.db").display())
     } else {
         "Redis + Postgres".to_owned()
     };
     let workspaces = match &args.s3.s3_endpoint {
         Some(e) => format!("S3 {e}/{}", args.s3.s3_bucket),
-        None => format!("directory {}", args.data_dir.join("objects").display()),
+        None => format!("directory {}", data_dir.join("objects").display()),
     };
     println!(
         "baton dev: {} replicas; stores: {stores}; workspaces: {workspaces}",
