@@ -799,3 +799,71 @@ async fn kubectl_scale_moves_the_replica_stateful_set_down_to_zero_and_back() {
             .contains("app.kubernetes.io/instance=support-bot")
     );
 }
+
+/// `spec.serviceAccountName` runs the pods under an account the user
+/// picks: only one marked for agents, or anyone who may create an
+/// AgentDeployment could run code under any account of the namespace
+/// through the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_service_account_marked_for_agents_runs_the_pods() {
+    let cp = control_plane();
+    let client = cp.admin_client().await;
+    let ns = namespace(&client, "service-account").await;
+    let _operator = namespaced_operator(cp, &ns);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    accounts
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "powerful"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let spec = r#"
+apiVersion: baton.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: support-bot}
+spec:
+  image: ghcr.io/acme/support-bot:1.4.2
+  replicas: 2
+  serviceAccountName: powerful
+"#;
+    apply_yaml(cp, &ns, spec);
+    let agd = wait_for_agd(
+        &client,
+        &ns,
+        "support-bot",
+        "refused for its account",
+        |a| observed_current(a) && condition(a, "Ready").is_some_and(|c| c.1 == "InvalidSpec"),
+    )
+    .await;
+    let (_, _, message) = condition(&agd, "Ready").unwrap();
+    assert!(
+        message.contains("spec.serviceAccountName")
+            && message.contains("baton.dev/agent-service-account=true"),
+        "{message}"
+    );
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        sts.get_opt("support-bot").await.unwrap().is_none(),
+        "no pods under an account nobody marked"
+    );
+    // Its owner marks it: the deployment goes on (the operator looks again).
+    accounts
+        .patch(
+            "powerful",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {"baton.dev/agent-service-account": "true"}}
+            })),
+        )
+        .await
+        .unwrap();
+    let sts_ready = baton_testkit::poll_async(
+        std::time::Duration::from_secs(60),
+        "the replica StatefulSet under the marked account",
+        || async { sts.get_opt("support-bot").await.ok().flatten() },
+    )
+    .await;
+    let template = sts_ready.spec.unwrap().template.spec.unwrap();
+    assert_eq!(template.service_account_name.as_deref(), Some("powerful"));
+}

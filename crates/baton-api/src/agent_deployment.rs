@@ -81,7 +81,10 @@ pub struct AgentDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<ImagePullPolicy>,
 
-    /// Run the pods under this existing ServiceAccount instead of one Baton creates.
+    /// Run the pods under this existing ServiceAccount instead of one Baton
+    /// creates. It must carry the annotation
+    /// `baton.dev/agent-service-account: "true"` (set by whoever may give
+    /// pods that account); until it does, the deployment is InvalidSpec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub service_account_name: Option<String>,

@@ -46,6 +46,12 @@ pub mod annotations {
     /// On a replica pod: the data layout of its sidecar (what the rollout
     /// compares before replacing the others), read from the sidecar.
     pub const LAYOUT: &str = "baton.dev/layout";
+    /// On a ServiceAccount, `"true"`: an `AgentDeployment` in its namespace
+    /// may run its pods under it (`spec.serviceAccountName`). Whoever may
+    /// give pods that account says so; without it, anyone who may create
+    /// an `AgentDeployment` could run code under any account of the
+    /// namespace through the operator.
+    pub const AGENT_SERVICE_ACCOUNT: &str = "baton.dev/agent-service-account";
     /// Prefix reserved for Baton's own annotations.
     pub const RESERVED_PREFIX: &str = "baton.dev/";
 }

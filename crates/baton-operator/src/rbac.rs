@@ -61,6 +61,12 @@ pub const RULES: &[Rule] = &[
         why: "read the generated credentials and the external stores' Secrets by name",
     },
     Rule {
+        group: "",
+        resources: &["serviceaccounts"],
+        verbs: &["get"],
+        why: "check that a spec.serviceAccountName is marked for agents (baton.dev/agent-service-account)",
+    },
+    Rule {
         group: "apps",
         resources: &["statefulsets"],
         verbs: OWN,

@@ -224,6 +224,15 @@ async fn reconcile_steps(
         valid.sidecar_image = image.clone();
     }
 
+    // A ServiceAccount of the user's choosing must be one marked for
+    // agents: the operator creates pods under it.
+    if let Some(refusal) = check_service_account(&valid, &namespace, &ctx.client).await? {
+        let observed = observe(agd, None, ctx, Some(Problem::InvalidSpec(vec![refusal])));
+        write_status(agd, &observed, ctx).await?;
+        // A ServiceAccount's annotation triggers no reconcile: look again.
+        return Ok((Action::requeue(SERVICE_ACCOUNT_RECHECK), "invalid"));
+    }
+
     // gather
     let credentials = managed_credentials(&valid, &namespace, &ctx.caches);
     let missing_secrets = check_external_secrets(&valid, &namespace, &ctx.client).await?;
@@ -653,6 +662,42 @@ fn managed_credentials(
         minio.as_ref(),
         admin.as_ref(),
     )
+}
+
+/// How often an `AgentDeployment` refused for its ServiceAccount looks again.
+const SERVICE_ACCOUNT_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Why `spec.serviceAccountName` may not be used, if it may not: it must
+/// exist and carry `baton.dev/agent-service-account: "true"`.
+async fn check_service_account(
+    valid: &ValidAgentDeployment,
+    namespace: &str,
+    client: &Client,
+) -> Result<Option<String>, Error> {
+    let Some(name) = &valid.resource.spec.service_account_name else {
+        return Ok(None);
+    };
+    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), namespace);
+    let key = baton_api::constants::annotations::AGENT_SERVICE_ACCOUNT;
+    Ok(match api.get_opt(name).await? {
+        None => Some(format!(
+            "spec.serviceAccountName: ServiceAccount {namespace}/{name} does not exist"
+        )),
+        Some(account)
+            if account
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .is_some_and(|v| v == "true") =>
+        {
+            None
+        }
+        Some(_) => Some(format!(
+            "spec.serviceAccountName: ServiceAccount {namespace}/{name} is not marked for agents; whoever may give pods that account annotates it {key}=true (kubectl annotate serviceaccount -n {namespace} {name} {key}=true)"
+        )),
+    })
 }
 
 /// Every external store Secret that is missing or lacks a key the sidecar
