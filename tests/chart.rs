@@ -207,6 +207,28 @@ fn default_render_is_valid_and_hardened() {
             .any(|k| k.starts_with("ServiceMonitor/"))
     );
     assert!(!kinds(&docs).iter().any(|k| k.starts_with("Ingress/")));
+    // Its audit log outlives the pod: a file on a claim of its own.
+    assert_eq!(
+        env_of(dash, "BATON_DASHBOARD_AUDIT_LOG"),
+        Some("/var/lib/baton-dashboard/audit.jsonl")
+    );
+    let claim = find(&docs, "PersistentVolumeClaim", "baton-dashboard-audit").expect("audit claim");
+    assert_eq!(
+        claim["spec"]["resources"]["requests"]["storage"].as_str(),
+        Some("1Gi")
+    );
+    assert_eq!(
+        dashboard["spec"]["strategy"]["type"].as_str(),
+        Some("Recreate")
+    );
+    let volumes = serde_yaml::to_string(&dashboard["spec"]["template"]["spec"]["volumes"]).unwrap();
+    assert!(volumes.contains("baton-dashboard-audit"), "{volumes}");
+    // Without persistence: no claim, no file.
+    let docs = documents(&render(&["dashboard.auditLog.persistence.enabled=false"]));
+    assert!(find(&docs, "PersistentVolumeClaim", "baton-dashboard-audit").is_none());
+    let dashboard = find(&docs, "Deployment", "baton-dashboard").unwrap();
+    let dash = &dashboard["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(env_of(dash, "BATON_DASHBOARD_AUDIT_LOG"), None);
 }
 
 #[test]

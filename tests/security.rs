@@ -717,3 +717,53 @@ async fn the_dashboard_calls_no_sidecar_a_heartbeat_points_elsewhere() {
         other => panic!("the dashboard connected to the advertised address: {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_baton_dev_answers_loopback_names_only_and_no_foreign_origin() {
+    let _serial = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    let front = host_of(&dev.url).to_owned();
+    let port = front.rsplit(':').next().unwrap().to_owned();
+    // DNS rebinding: a page of rebind.attacker.example whose name now
+    // resolves to 127.0.0.1 sends its own name. Pages (which hold the CSRF
+    // token), actions and the turn API alike refuse it.
+    for (method, path, body) in [
+        ("GET", "/dashboard", ""),
+        ("GET", "/dashboard/replicas", ""),
+        (
+            "POST",
+            "/dashboard/actions/takeover",
+            "tenant=default&session=s-1&csrf=x",
+        ),
+        ("POST", "/api/chat", r#"{"sessionId":"s-1","input":"hi"}"#),
+        ("GET", "/v1/dev/replicas", ""),
+    ] {
+        let (status, answer) = raw(
+            &front,
+            &format!(
+                "{method} {path} HTTP/1.1\r\nhost: rebind.attacker.example:{port}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        assert!(answer.contains("loopback"), "{answer}");
+    }
+    // A loopback name, but a form posted from another site.
+    let (status, answer) = raw(
+        &front,
+        &format!(
+            "POST /dashboard/actions/drain HTTP/1.1\r\nhost: {front}\r\norigin: https://evil.example\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 22\r\nconnection: close\r\n\r\nreplica=replica-0&c=x1"
+        ),
+    );
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("origin"), "{answer}");
+    // The names a user types work.
+    for host in [front.clone(), format!("localhost:{port}")] {
+        let (status, answer) = raw(
+            &front,
+            &format!("GET /dashboard HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n"),
+        );
+        assert_eq!(status, 200, "{host}: {answer}");
+    }
+    none_draining(&dev).await;
+}

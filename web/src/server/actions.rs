@@ -17,12 +17,18 @@ use crate::format::{session_path, url_encode};
 use crate::model::Viewer;
 use crate::server::{Dashboard, auth, data};
 
-fn refuse(status: StatusCode, outcome: &str, error: String) -> Response {
-    (
+/// A refusal in the JSON shape every Baton API answers: `{status, error}`
+/// with the outcome also in `x-baton-outcome`.
+pub(crate) fn refuse(status: StatusCode, outcome: &'static str, error: String) -> Response {
+    let mut response = (
         status,
         axum::Json(json!({ "status": outcome, "error": error })),
     )
-        .into_response()
+        .into_response();
+    response
+        .headers_mut()
+        .insert("x-baton-outcome", HeaderValue::from_static(outcome));
+    response
 }
 
 /// Why an action was refused before it was tried.

@@ -192,17 +192,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// within [`MAX_BODY_BYTES`] and [`baton_serve::BODY_READ_TIMEOUT`]: a
 /// body sent a byte at a time holds no handler.
 async fn bounded_body(request: Request, next: Next) -> Response {
-    let refuse = |status: StatusCode, outcome: &'static str, message: String| {
-        let mut response = (
-            status,
-            axum::Json(serde_json::json!({ "status": outcome, "error": message })),
-        )
-            .into_response();
-        response
-            .headers_mut()
-            .insert("x-baton-outcome", HeaderValue::from_static(outcome));
-        response
-    };
+    let refuse = actions::refuse;
     let announced = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -270,15 +260,7 @@ pub fn loopback_host(host: &str) -> bool {
 
 /// A refusal of a request that came through the wrong door.
 fn wrong_door(message: String) -> Response {
-    let mut response = (
-        StatusCode::FORBIDDEN,
-        axum::Json(serde_json::json!({ "status": "FORBIDDEN", "error": message })),
-    )
-        .into_response();
-    response
-        .headers_mut()
-        .insert("x-baton-outcome", HeaderValue::from_static("FORBIDDEN"));
-    response
+    actions::refuse(StatusCode::FORBIDDEN, "FORBIDDEN", message)
 }
 
 fn host_of(request: &Request) -> &str {
