@@ -66,6 +66,8 @@ async fn dashboard_in_a_browser(stores: Stores) {
             "--dashboard-tokens-file={}",
             tokens.path().display()
         )],
+        // `baton dev`'s own routes take a dashboard token once it has a file.
+        dashboard_token: Some(VIEWER.into()),
         ..ClusterOptions::default()
     })
     .await;
