@@ -177,7 +177,7 @@ impl From<TurnError> for ApiError {
 
 pub(super) type ApiResult<T> = Result<T, ApiError>;
 
-/// Parses a JSON body strictly: 413 when too large, 400 when not JSON,
+/// Parses a JSON body strictly (read by `read_body`): 400 when not JSON,
 /// 422 naming the field when the shape is wrong.
 pub fn parse_body<T: DeserializeOwned>(body: Bytes) -> ApiResult<T> {
     let mut de = serde_json::Deserializer::from_slice(&body);
