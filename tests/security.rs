@@ -767,3 +767,92 @@ async fn an_open_baton_dev_answers_loopback_names_only_and_no_foreign_origin() {
     }
     none_draining(&dev).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_out_ends_live_updates_and_its_cookie_and_failed_sign_ins_are_limited() {
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path());
+    let dev = Cluster::start_with(ClusterOptions {
+        extra_args: vec![format!("--dashboard-tokens-file={}", tokens.display())],
+        dashboard_token: Some(VIEWER_TOKEN.into()),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = http
+        .post(format!("{}/dashboard/signin", dev.url))
+        .form(&[("token", OPERATOR_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut live = http
+        .get(format!("{}/dashboard/live/replicas", dev.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(10), live.chunk())
+        .await
+        .expect("a first event")
+        .unwrap();
+    assert!(first.is_some_and(|c| !c.is_empty()));
+    let out = http
+        .post(format!("{}/dashboard/signout", dev.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert!(out.status().is_redirection());
+    // The open stream ends (it sends one event a second while it lives).
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(_)) = live.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the live stream outlived its sign-in");
+    // The cookie, replayed, is nobody's.
+    let page = http
+        .get(format!("{}/dashboard/replicas", dev.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert!(page.status().is_redirection(), "{}", page.status());
+    let stream = http
+        .get(format!("{}/dashboard/live/replicas", dev.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 401);
+
+    // Wrong tokens: refused until the address's allowance is spent, then 429.
+    let mut statuses = Vec::new();
+    for i in 0..21 {
+        let answer = http
+            .post(format!("{}/dashboard/signin", dev.url))
+            .form(&[("token", format!("wrong-token-{i:04}-0123456789"))])
+            .send()
+            .await
+            .unwrap();
+        statuses.push(answer.status().as_u16());
+    }
+    assert!(statuses[..20].iter().all(|s| *s == 303), "{statuses:?}");
+    assert_eq!(statuses[20], 429, "{statuses:?}");
+    assert!(
+        dev.log().contains("dashboard sign-in failed"),
+        "failed sign-ins are logged"
+    );
+    assert!(!dev.log().contains("wrong-token-"), "no token in the log");
+}
