@@ -338,6 +338,17 @@ fn tokens_file(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// `baton dev` with the tokens file of [`tokens_file`] in `dir`.
+async fn with_dashboard_tokens(dir: &std::path::Path) -> Cluster {
+    let tokens = tokens_file(dir);
+    Cluster::start_with(ClusterOptions {
+        extra_args: vec![format!("--dashboard-tokens-file={}", tokens.display())],
+        dashboard_token: Some(VIEWER_TOKEN.into()),
+        ..ClusterOptions::default()
+    })
+    .await
+}
+
 fn audit_lines(dev: &Cluster) -> Vec<Value> {
     std::fs::read_to_string(dev.data_dir.join("dashboard-audit.jsonl"))
         .unwrap_or_default()
@@ -350,13 +361,7 @@ fn audit_lines(dev: &Cluster) -> Vec<Value> {
 async fn baton_devs_own_routes_pass_the_dashboards_gate_and_are_audited() {
     let _serial = serial().await;
     let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path());
-    let dev = Cluster::start_with(ClusterOptions {
-        extra_args: vec![format!("--dashboard-tokens-file={}", tokens.display())],
-        dashboard_token: Some(VIEWER_TOKEN.into()),
-        ..ClusterOptions::default()
-    })
-    .await;
+    let dev = with_dashboard_tokens(dir.path()).await;
     let rollout = format!("{}/v1/dev/rollout", dev.url);
     let replicas = format!("{}/v1/dev/replicas", dev.url);
     let generations = |list: &Vec<Value>| -> Vec<u64> {
@@ -772,13 +777,7 @@ async fn an_open_baton_dev_answers_loopback_names_only_and_no_foreign_origin() {
 async fn a_sign_out_ends_live_updates_and_its_cookie_and_failed_sign_ins_are_limited() {
     let _serial = serial().await;
     let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path());
-    let dev = Cluster::start_with(ClusterOptions {
-        extra_args: vec![format!("--dashboard-tokens-file={}", tokens.display())],
-        dashboard_token: Some(VIEWER_TOKEN.into()),
-        ..ClusterOptions::default()
-    })
-    .await;
+    let dev = with_dashboard_tokens(dir.path()).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

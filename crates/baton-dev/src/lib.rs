@@ -406,16 +406,7 @@ async fn lease_owner(
 
 /// A refusal in the sidecar's error shape (body and outcome header).
 fn refused(status: StatusCode, outcome: Outcome, error: String) -> Response {
-    let mut response = (
-        status,
-        Json(json!({ "status": outcome.as_str(), "error": error })),
-    )
-        .into_response();
-    response.headers_mut().insert(
-        baton_sidecar::http::OUTCOME_HEADER,
-        axum::http::HeaderValue::from_static(outcome.as_str()),
-    );
-    response
+    baton_sidecar::http::ApiError::new(status, outcome, error).into_response()
 }
 
 /// What the audit log names a rollout's target.
