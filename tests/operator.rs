@@ -14,6 +14,7 @@ use baton_api::constants::{FIELD_MANAGER, labels};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -41,6 +42,7 @@ async fn children(client: &Client, ns: &str, name: &str) -> BTreeMap<String, Obj
         Service,
         StatefulSet,
         Job,
+        NetworkPolicy,
         PodDisruptionBudget
     );
     out
@@ -70,7 +72,7 @@ fn applied(children: &BTreeMap<String, ObjectMeta>) -> BTreeMap<String, (String,
 }
 
 /// The children the README promises for a resource with every store managed.
-const ALL_MANAGED: [&str; 17] = [
+const ALL_MANAGED: [&str; 19] = [
     "ServiceAccount/support-bot",
     "Secret/support-bot-redis",
     "Secret/support-bot-postgres",
@@ -82,6 +84,8 @@ const ALL_MANAGED: [&str; 17] = [
     "Service/support-bot-minio",
     "Service/support-bot",
     "Service/support-bot-headless",
+    "NetworkPolicy/support-bot",
+    "NetworkPolicy/support-bot-stores",
     "StatefulSet/support-bot-redis",
     "StatefulSet/support-bot-postgres",
     "StatefulSet/support-bot-minio",
@@ -173,6 +177,25 @@ async fn minimal_example_gets_every_child_labelled_and_owned_then_a_resync_write
             "{key} managed by {managers:?}"
         );
     }
+    // The API server took the NetworkPolicies as built: the turn port open
+    // to all, the admin port to the admin clients of the operator's
+    // namespace.
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+    let replicas = policies.get("support-bot").await.unwrap();
+    let rules = serde_json::to_value(&replicas.spec.unwrap().ingress).unwrap();
+    assert_eq!(rules[0]["ports"][0]["port"], 7070, "{rules}");
+    assert!(rules[0].get("from").is_none(), "{rules}");
+    assert_eq!(rules[1]["ports"][0]["port"], 7071, "{rules}");
+    assert_eq!(
+        rules[1]["from"][0]["podSelector"]["matchLabels"]["baton.dev/admin-client"], "true",
+        "{rules}"
+    );
+    assert!(
+        rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            .is_string(),
+        "{rules}"
+    );
+
     // No node runs the pods: the stores are not ready, and the status says so.
     let (status, reason, message) = condition(&agd, "Ready").unwrap();
     assert_eq!(
@@ -372,7 +395,10 @@ async fn switching_every_store_to_external_prunes_the_managed_ones_and_waits_for
     let _operator = namespaced_operator(cp, &ns);
     apply_yaml(cp, &ns, &example("minimal.yaml"));
     converged(&client, &ns, "support-bot").await;
-    assert_eq!(children(&client, &ns, "support-bot").await.len(), 17);
+    assert_eq!(
+        children(&client, &ns, "support-bot").await.len(),
+        ALL_MANAGED.len()
+    );
 
     let external = r#"
 apiVersion: baton.dev/v1alpha1
@@ -423,6 +449,7 @@ spec:
         left,
         [
             "ConfigMap/support-bot-config",
+            "NetworkPolicy/support-bot",
             "PodDisruptionBudget/support-bot",
             "Secret/support-bot-admin",
             "Service/support-bot",
@@ -437,6 +464,7 @@ spec:
         "StatefulSet/support-bot-postgres",
         "StatefulSet/support-bot-minio",
         "Job/support-bot-minio-bucket",
+        "NetworkPolicy/support-bot-stores",
     ] {
         assert!(
             pruned.iter().any(|note| note.contains(child)),

@@ -23,7 +23,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_api::constants::annotations;
 use baton_api::{AgentDeployment, RolloutPhase};
 use baton_testnode::ServiceProxy;
 use futures::StreamExt;
@@ -221,28 +220,56 @@ fn set_image(ns: &str, name: &str, image: &str) {
 }
 
 /// Every pod deletion in the namespace as it happens: which pod, and
-/// whether the rollout had marked it drained first.
+/// whether the rollout had listed it as draining first.
 #[derive(Clone, Default)]
-struct Deletions(Arc<Mutex<Vec<Deletion>>>);
+struct Deletions(
+    Arc<Mutex<Vec<Deletion>>>,
+    Arc<Mutex<std::collections::BTreeSet<String>>>,
+);
 
 #[derive(Clone, Debug)]
 struct Deletion {
     pod: String,
     uid: String,
-    drained_first: bool,
     at: Instant,
 }
 
+/// Stops a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Deletions {
-    /// Watches the pods of deployment `name` in `ns` until dropped.
+    /// Watches the pods of deployment `name` in `ns`, and the uids its
+    /// status lists as draining, until dropped.
     async fn watch(ns: &str, name: &str) -> (Self, tokio::task::JoinHandle<()>) {
         let client = control_plane().admin_client().await;
-        let pods: Api<Pod> = Api::namespaced(client, ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let agds: Api<AgentDeployment> = Api::namespaced(client, ns);
         let config =
             watcher::Config::default().labels(&format!("app.kubernetes.io/instance={name}"));
         let seen = Self::default();
-        let record = seen.clone();
+        let (record, marks) = (seen.clone(), seen.1.clone());
+        let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let marking = tokio::spawn(async move {
+            let mut events = watcher(agds, by_name)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(agd)) = events.next().await {
+                let draining = agd.status.and_then(|s| s.rollout).map(|r| r.draining);
+                marks
+                    .lock()
+                    .unwrap()
+                    .extend(draining.into_iter().flatten().map(|d| d.uid));
+            }
+        });
         let task = tokio::spawn(async move {
+            let _marking = AbortOnDrop(marking);
             let mut events = watcher(pods, config)
                 .default_backoff()
                 .applied_objects()
@@ -259,11 +286,6 @@ impl Deletions {
                 list.push(Deletion {
                     pod: pod.metadata.name.clone().unwrap_or_default(),
                     uid,
-                    drained_first: pod
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .is_some_and(|a| a.contains_key(annotations::DRAIN_STARTED_AT)),
                     at: Instant::now(),
                 });
             }
@@ -277,7 +299,10 @@ impl Deletions {
 
     fn assert_all_drained_first(&self) {
         let list = self.list();
-        let undrained: Vec<&Deletion> = list.iter().filter(|d| !d.drained_first).collect();
+        // The status lists a pod before its drain starts, long before it is
+        // deleted: every deleted pod's uid was seen there.
+        let marks = self.1.lock().unwrap().clone();
+        let undrained: Vec<&Deletion> = list.iter().filter(|d| !marks.contains(&d.uid)).collect();
         assert!(
             undrained.is_empty(),
             "pods deleted without a drain first: {undrained:?}"
@@ -377,7 +402,7 @@ fn http() -> reqwest::Client {
 async fn sidecar_status(ns: &str, pod: &str, token: &str) -> Option<serde_json::Value> {
     let ip = node().pod_ip(ns, pod)?;
     http()
-        .get(format!("http://{ip}:7070/v1/admin/status"))
+        .get(format!("http://{ip}:7071/v1/admin/status"))
         .bearer_auth(token)
         .timeout(Duration::from_secs(2))
         .send()
@@ -926,14 +951,11 @@ fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_fir
         )
         .await;
         assert!(still.is_err(), "the paused rollout moved on: {still:?}");
-        let pods = replica_pods(ns, name).await;
+        let now = agds(ns).await.get(name).await.unwrap();
+        let draining = now.status.and_then(|s| s.rollout).map(|r| r.draining);
         assert!(
-            pods.iter().all(|p| !p
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(annotations::DRAIN_STARTED_AT))),
-            "a pod is draining while paused"
+            draining.as_ref().is_none_or(Vec::is_empty),
+            "a pod is draining while paused: {draining:?}"
         );
         let line = baton(&["rollout", "status", "agd/pause", "-n", ns, "--no-watch"]);
         assert!(line.0 && line.1.contains("Paused"), "{}", line.1);

@@ -210,6 +210,74 @@ async fn no_address_drains_a_sidecar_without_a_token_and_sigterm_does() {
     assert_eq!(turn.await.unwrap(), 200);
 }
 
+/// On Kubernetes the admin API has a port of its own (`--admin-listen`),
+/// which the deployment's NetworkPolicy opens to the operator and the
+/// dashboard only: the turn port must then answer no admin route, even
+/// with the admin token, and the admin port no turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_admin_listener_the_turn_port_answers_no_admin_route() {
+    let _serial = serial().await;
+    let admins = format!("--admin-tokens={ADMIN_TOKEN}");
+    let replica = Replica::start(&[&admins, "--admin-listen=127.0.0.1:0"]).await;
+    let admin = replica.admin_url.clone().expect("an admin URL printed");
+    assert_ne!(admin, replica.url);
+    let http = reqwest::Client::new();
+    let send = |request: reqwest::RequestBuilder| async move {
+        let answer = request.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        let status = answer.status().as_u16();
+        (status, answer.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/admin/status"),
+        (reqwest::Method::POST, "/v1/admin/drain"),
+        (reqwest::Method::POST, "/v1/admin/handover"),
+        (
+            reqwest::Method::POST,
+            "/v1/admin/tenants/default/sessions/s-1/takeover",
+        ),
+    ] {
+        let url = format!("{}{path}", replica.url);
+        let (status, body) = send(http.request(method.clone(), url)).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (404, Some("NOT_FOUND")),
+            "{method} {path} on the turn port: {body}"
+        );
+    }
+    for path in ["/v1/sessions/s-1/turns", "/api/chat"] {
+        let (status, body) = send(
+            http.post(format!("{admin}{path}"))
+                .json(&json!({"input": "hi", "sessionId": "s-1"})),
+        )
+        .await;
+        assert_eq!(status, 404, "POST {path} on the admin port: {body}");
+    }
+    // Each port does its own job.
+    let (status, body) = send(
+        http.post(format!("{}/v1/sessions/s-1/turns", replica.url))
+            .json(&json!({"input": "hi"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = send(http.get(format!("{admin}/v1/admin/status"))).await;
+    assert_eq!((status, &body["draining"]), (200, &json!(false)), "{body}");
+    // Still only with the admin token.
+    let anonymous = http
+        .post(format!("{admin}/v1/admin/drain"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let (status, body) = send(http.post(format!("{admin}/v1/admin/drain"))).await;
+    assert_eq!(status, 202, "{body}");
+    let ready = http
+        .get(format!("{}/readyz", replica.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503, "a drained replica is not ready");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_name_no_replica_could_restore_fails_its_turn_and_breaks_nothing() {
     let _serial = serial().await;
@@ -854,4 +922,302 @@ async fn a_sign_out_ends_live_updates_and_its_cookie_and_failed_sign_ins_are_lim
         "failed sign-ins are logged"
     );
     assert!(!dev.log().contains("wrong-token-"), "no token in the log");
+}
+
+/// `baton dev` once picked each replica's ports by binding port 0 and
+/// letting go, then started the sidecar on that number: when another
+/// process held it by then, the start failed, and so did every restart on
+/// the same number. Each process now binds a port of its own choosing and
+/// says which: here the port of a killed sidecar is taken before
+/// `baton dev` restarts it, and the replica comes back anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarts_when_its_old_port_is_taken() {
+    let _serial = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    let before = dev.replica("replica-0").await;
+    let url = before["url"]
+        .as_str()
+        .expect("a listening replica")
+        .to_owned();
+    let pid = before["pid"].as_u64().unwrap();
+    let old = url.trim_start_matches("http://").to_owned();
+    signal(pid, "KILL");
+    // Take the port as soon as the kernel lets go of it.
+    let held = baton_testkit::poll_async(Duration::from_secs(10), "the old port free", || {
+        let old = old.clone();
+        async move { std::net::TcpListener::bind(&old).ok() }
+    })
+    .await;
+    let after = baton_testkit::poll_async(Duration::from_secs(30), "replica-0 back", || async {
+        let replica = dev.replica("replica-0").await;
+        (replica["ready"] == true && replica["pid"].as_u64() != Some(pid)).then_some(replica)
+    })
+    .await;
+    assert_ne!(after["url"], before["url"], "{after}");
+    assert!(after["restarts"].as_u64() >= Some(1), "{after}");
+    let (status, body) = dev.chat("s-port", "hi").await;
+    assert_eq!(status, 200, "{body}");
+    drop(held);
+}
+
+const TENANT_TOKEN: &str = "tenant-token-0123456789";
+
+/// Sends raw bytes (a request an HTTP client would refuse to write) and
+/// returns the status and body; status 0 when the server closed the
+/// connection without an answer.
+fn raw_bytes(addr: &str, request: &[u8]) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // The server may answer (and close) before it has read everything.
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// What a hostile request must get.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// A 4xx, or the connection closed: never a 5xx, never served.
+    Refused,
+    /// This status, with the JSON error shape naming it.
+    Json(u16, &'static str),
+    /// Exactly this status.
+    Status(u16),
+}
+
+/// Requests no client should send, in the shapes a fuzzer or an attacker
+/// tries first: broken framing, oversized parts, forged credentials.
+/// `{path}` is the listener's API route (a POST taking JSON) and `{auth}`
+/// its valid credential header.
+fn hostile_requests(api: bool) -> Vec<(&'static str, Vec<u8>, Expect)> {
+    let mut out: Vec<(&'static str, Vec<u8>, Expect)> = vec![
+        ("no HTTP at all", b"NOT HTTP AT ALL\r\n\r\n".to_vec(), Expect::Refused),
+        (
+            "a control byte in a header",
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-a: a\x01b\r\nconnection: close\r\n\r\n".to_vec(),
+            Expect::Refused,
+        ),
+        (
+            "a 1 MiB header",
+            format!(
+                "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\nconnection: close\r\n\r\n",
+                "a".repeat(1 << 20)
+            )
+            .into_bytes(),
+            Expect::Refused,
+        ),
+        (
+            "10,000 headers",
+            format!(
+                "GET /healthz HTTP/1.1\r\nhost: x\r\n{}connection: close\r\n\r\n",
+                (0..10_000).map(|i| format!("x-{i}: a\r\n")).collect::<String>()
+            )
+            .into_bytes(),
+            Expect::Refused,
+        ),
+        (
+            "two Content-Lengths that differ",
+            b"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 40\r\nconnection: close\r\n\r\n{}".to_vec(),
+            Expect::Refused,
+        ),
+        (
+            "a 16 KiB query string (served)",
+            format!(
+                "GET /healthz?{} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+                "a=b&".repeat(4 * 1024)
+            )
+            .into_bytes(),
+            Expect::Status(200),
+        ),
+        (
+            "a 64 KiB query string",
+            format!(
+                "GET /healthz?{} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+                "a=b&".repeat(16 * 1024)
+            )
+            .into_bytes(),
+            Expect::Refused,
+        ),
+    ];
+    if api {
+        let post = |headers: &str, body: &str| {
+            format!(
+                "POST {{path}} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        };
+        let turn = r#"{"sessionId":"s-hostile","input":"hi"}"#;
+        out.extend([
+            (
+                "a forged bearer token",
+                post("authorization: Bearer forged-token-0123456789\r\n", turn),
+                Expect::Json(401, "UNAUTHORIZED"),
+            ),
+            (
+                "a token of another scheme",
+                post("authorization: Basic dXNlcjpwYXNzd29yZA==\r\n", turn),
+                Expect::Json(401, "UNAUTHORIZED"),
+            ),
+            (
+                "a Content-Length of 10 GB",
+                b"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{auth}content-length: 10000000000\r\nconnection: close\r\n\r\n".to_vec(),
+                Expect::Json(413, "TOO_LARGE"),
+            ),
+            (
+                // Refused at the first bracket (a turn is an object), so
+                // the depth is never reached.
+                "JSON nested 100,000 deep",
+                post("{auth}", &"[".repeat(100_000)),
+                Expect::Json(422, "INVALID"),
+            ),
+            (
+                "a JSON object nested 100,000 deep in a field",
+                post(
+                    "{auth}",
+                    &format!(r#"{{"sessionId":"s","input":"hi","turnSeq":{}"#, "[".repeat(100_000)),
+                ),
+                Expect::Refused,
+            ),
+            (
+                "a session id with a NUL",
+                post("{auth}", r#"{"sessionId":"a\u0000b","input":"hi"}"#),
+                Expect::Refused,
+            ),
+            (
+                "a session id of 10 KB",
+                post("{auth}", &format!(r#"{{"sessionId":"{}","input":"hi"}}"#, "s".repeat(10_000))),
+                Expect::Refused,
+            ),
+        ]);
+    }
+    out
+}
+
+/// Sends every hostile request to `addr`, then checks it still serves.
+fn try_hostile(listener: &str, addr: &str, path: &str, auth: &str, api: bool) {
+    for (what, request, expect) in hostile_requests(api) {
+        let request = String::from_utf8_lossy(&request)
+            .replace("{path}", path)
+            .replace("{auth}", auth);
+        let (status, body) = raw_bytes(addr, request.as_bytes());
+        let context = format!("{listener}, {what}: {status} {body}");
+        match expect {
+            Expect::Refused => assert!(status == 0 || (400..500).contains(&status), "{context}"),
+            Expect::Status(code) => assert_eq!(status, code, "{context}"),
+            Expect::Json(code, outcome) => {
+                assert_eq!(status, code, "{context}");
+                let body: Value = serde_json::from_str(&body)
+                    .unwrap_or_else(|e| panic!("{context}: not JSON ({e})"));
+                assert_eq!(body["status"], outcome, "{context}");
+            }
+        }
+    }
+}
+
+/// The hostile-input suite on every listener a user's traffic reaches:
+/// the sidecar's turn and admin ports, `baton dev`'s front door and its
+/// dashboard. Each answers a clear refusal (never a 5xx) and serves the
+/// next client as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_listener_refuses_hostile_requests_and_goes_on_serving() {
+    let _serial = serial().await;
+    let tenants = format!("--auth-tokens={TENANT_TOKEN}=acme");
+    let admins = format!("--admin-tokens={ADMIN_TOKEN}");
+    let replica = Replica::start(&[&tenants, &admins, "--admin-listen=127.0.0.1:0"]).await;
+    let tenant_auth = format!("authorization: Bearer {TENANT_TOKEN}\r\n");
+    try_hostile(
+        "sidecar turn port",
+        host_of(&replica.url),
+        "/v1/sessions/s-hostile/turns",
+        &tenant_auth,
+        true,
+    );
+    let admin = replica.admin_url.clone().unwrap();
+    try_hostile(
+        "sidecar admin port",
+        host_of(&admin),
+        "/v1/admin/handover",
+        &format!("authorization: Bearer {ADMIN_TOKEN}\r\n"),
+        false,
+    );
+    let http = reqwest::Client::new();
+    let answer = http
+        .post(format!("{}/v1/sessions/s-after/turns", replica.url))
+        .bearer_auth(TENANT_TOKEN)
+        .json(&json!({"input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200, "the sidecar serves on");
+
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path());
+    let dev = Cluster::start_with(ClusterOptions {
+        extra_args: vec![format!("--dashboard-tokens-file={}", tokens.display())],
+        dashboard_token: Some(VIEWER_TOKEN.into()),
+        env: vec![("BATON_AUTH_TOKENS".into(), format!("{TENANT_TOKEN}=acme"))],
+        ..ClusterOptions::default()
+    })
+    .await;
+    try_hostile(
+        "front door",
+        host_of(&dev.url),
+        "/api/chat",
+        &tenant_auth,
+        true,
+    );
+    try_hostile(
+        "dashboard",
+        host_of(&dev.url),
+        "/dashboard/signin",
+        "",
+        false,
+    );
+    // The dashboard's own refusals: a forged cookie is no sign-in, a forged
+    // bearer token no API client, and a sign-in form is bounded up front.
+    let no_redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = no_redirect
+        .get(format!("{}/dashboard", dev.url))
+        .header("cookie", "baton_session=forged-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 303, "a forged cookie is sent to sign in");
+    let replicas = no_redirect
+        .get(format!("{}/v1/dev/replicas", dev.url))
+        .bearer_auth("forged-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replicas.status(), 401);
+    let (status, body) = raw(
+        host_of(&dev.url),
+        "POST /dashboard/signin HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 10000000000\r\nconnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 413, "{body}");
+    let answer = http
+        .post(format!("{}/api/chat", dev.url))
+        .bearer_auth(TENANT_TOKEN)
+        .json(&json!({"sessionId": "s-after", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200, "the front door serves on");
 }

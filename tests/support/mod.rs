@@ -455,22 +455,34 @@ pub async fn poll_turns(dev: &Cluster, n: u64) {
 /// on the embedded stores; killed when dropped.
 pub struct Replica {
     pub url: String,
+    /// The admin listener's URL, when started with `--admin-listen`.
+    pub admin_url: Option<String>,
     sidecar: Child,
     agent: Child,
     _dir: tempfile::TempDir,
 }
 
 fn listening_url(child: &mut Child, what: &str) -> String {
+    listening_urls(child, what, 1).remove(0)
+}
+
+/// The URLs printed on the first `count` lines of `child`'s output.
+fn listening_urls(child: &mut Child, what: &str, count: usize) -> Vec<String> {
     use std::io::BufRead;
     let stdout = child.stdout.take().expect("piped stdout");
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .unwrap_or_else(|e| panic!("{what} output: {e}"));
-    line.split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("{what} did not print its address: {line:?}"))
-        .to_owned()
+    let mut reader = std::io::BufReader::new(stdout);
+    (0..count)
+        .map(|_| {
+            let mut line = String::new();
+            reader
+                .read_line(&mut line)
+                .unwrap_or_else(|e| panic!("{what} output: {e}"));
+            line.split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .unwrap_or_else(|| panic!("{what} did not print its address: {line:?}"))
+                .to_owned()
+        })
+        .collect()
 }
 
 impl Replica {
@@ -533,9 +545,12 @@ impl Replica {
             .stderr(Stdio::null())
             .spawn()
             .expect("sidecar starts");
-        let url = listening_url(&mut sidecar, "sidecar");
+        let admin = extra.iter().any(|a| a.starts_with("--admin-listen"));
+        let mut urls = listening_urls(&mut sidecar, "sidecar", 1 + usize::from(admin));
+        let admin_url = admin.then(|| urls.remove(1));
         let replica = Self {
-            url,
+            url: urls.remove(0),
+            admin_url,
             sidecar,
             agent,
             _dir: dir,

@@ -456,8 +456,9 @@ pub struct AgentDeploymentStatus {
 }
 
 /// Progress of a rolling release driven by the operator. Together with the
-/// pods' revision labels and drain annotations it is the rollout's whole
-/// state: an operator that restarts, or a new leader, resumes from it.
+/// pods' revision labels it is the rollout's whole state (`draining` names
+/// the pods being drained): an operator that restarts, or a new leader,
+/// resumes from it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStatus {
@@ -491,6 +492,22 @@ pub struct RolloutStatus {
     /// Why the rollout waits or stopped, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The pods whose drain the rollout started, written before it asks
+    /// their sidecars to drain: a pod is deleted only once it is listed
+    /// here and its drain is over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub draining: Vec<DrainingPod>,
+}
+
+/// A pod the rollout is draining.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainingPod {
+    pub pod: String,
+    /// The pod's uid: a pod of the same name that replaced it is not draining.
+    pub uid: String,
+    /// When its drain began.
+    pub since: Time,
 }
 
 impl RolloutStatus {

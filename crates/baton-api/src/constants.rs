@@ -38,11 +38,6 @@ pub mod annotations {
     /// On the pod template, from `spec.podAnnotations`: `baton rollout
     /// restart` sets it to the time, a new revision the rollout replaces.
     pub const RESTARTED_AT: &str = "baton.dev/restarted-at";
-    /// On a replica pod the rollout is draining: when the drain began
-    /// (RFC 3339). The rollout's progress lives in the API, so an operator
-    /// that restarts finds the drain it started and never deletes a pod it
-    /// has not drained.
-    pub const DRAIN_STARTED_AT: &str = "baton.dev/drain-started-at";
     /// On a replica pod: the data layout of its sidecar (what the rollout
     /// compares before replacing the others), read from the sidecar.
     pub const LAYOUT: &str = "baton.dev/layout";
@@ -58,8 +53,12 @@ pub mod annotations {
 
 /// Ports.
 pub mod ports {
-    /// The sidecar's HTTP port: turn API, admin API, probes and metrics.
+    /// The sidecar's HTTP port: turn API, probes and metrics.
     pub const SIDECAR_HTTP: u16 = 7070;
+    /// The sidecar's admin API (drain, status, handover, takeover) on
+    /// Kubernetes: a port of its own, which the deployment's NetworkPolicy
+    /// opens to the operator and the dashboard only.
+    pub const SIDECAR_ADMIN: u16 = 7071;
     /// Port of the client Service in front of the replicas.
     pub const CLIENT_SERVICE: u16 = 80;
     pub const REDIS: u16 = 6379;
@@ -144,6 +143,7 @@ pub mod env {
     /// Workspace objects younger than this are never deleted.
     pub const WORKSPACE_GC_RETENTION: &str = "BATON_WORKSPACE_GC_RETENTION";
     pub const LISTEN: &str = "BATON_LISTEN";
+    pub const ADMIN_LISTEN: &str = "BATON_ADMIN_LISTEN";
     pub const REDIS_URL: &str = "BATON_REDIS_URL";
     pub const DATABASE_URL: &str = "BATON_DATABASE_URL";
     pub const S3_ENDPOINT: &str = "BATON_S3_ENDPOINT";

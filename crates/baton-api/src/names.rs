@@ -77,6 +77,11 @@ impl ChildNames {
     pub fn admin_secret(&self) -> String {
         self.suffixed("admin")
     }
+    /// The NetworkPolicy of the managed stores (the replicas' has the
+    /// replicas' name).
+    pub fn stores_network_policy(&self) -> String {
+        self.suffixed("stores")
+    }
     /// The Job that creates the bucket in the managed MinIO.
     pub fn bucket_job(&self) -> String {
         self.suffixed("minio-bucket")

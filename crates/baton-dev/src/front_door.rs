@@ -163,9 +163,11 @@ impl FrontDoor {
             .unwrap_or_else(|| "/".into());
         let mut last_draining = None;
         for slot in self.candidates() {
+            // Between a replica's processes: nothing listens.
+            let Some(base) = slot.url() else { continue };
             let mut outgoing = self
                 .http
-                .request(parts.method.clone(), format!("{}{path}", slot.url()))
+                .request(parts.method.clone(), format!("{base}{path}"))
                 .body(body.clone());
             for (name, value) in &parts.headers {
                 if !hop_by_hop(name) {

@@ -54,12 +54,6 @@ pub struct RolloutStep {
     pub ready_ms: u64,
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// Runs `baton dev` (or its `rollout` subcommand) until Ctrl-C or SIGTERM.
 pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
     if let Some(DevCommand::Rollout { url, token_file }) = &args.command {
@@ -97,11 +91,7 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
 
     let mut slots = Vec::new();
     for i in 0..args.replicas {
-        slots.push(Arc::new(ReplicaSlot::new(
-            format!("replica-{i}"),
-            free_port()?,
-            free_port()?,
-        )));
+        slots.push(Arc::new(ReplicaSlot::new(format!("replica-{i}"))));
     }
     // Before the replicas start: it migrates the embedded store once,
     // before several replica processes open it.
@@ -238,7 +228,7 @@ async fn dashboard(
 ) -> anyhow::Result<Arc<baton_web::server::Dashboard>> {
     let replicas = slots.to_vec();
     let replica_urls: Arc<dyn Fn() -> Vec<String> + Send + Sync> =
-        Arc::new(move || replicas.iter().map(|s| s.url()).collect());
+        Arc::new(move || replicas.iter().filter_map(|s| s.url()).collect());
     use baton_web::server::{Audit, Catalog, Dashboard, Sidecars, auth_for};
     let catalog: Arc<dyn Catalog> = match (&args.redis_url, &args.database_url) {
         (Some(redis), Some(database)) => Arc::new(
@@ -288,24 +278,33 @@ async fn probe_forever(slot: Arc<ReplicaSlot>, stop: watch::Receiver<bool>) {
         .timeout(Duration::from_millis(500))
         .build()
         .unwrap_or_default();
-    let url = format!("{}{}", slot.url(), baton_api::constants::paths::READYZ);
     let mut tick = tokio::time::interval(PROBE_EVERY);
     while !*stop.borrow() {
         tick.tick().await;
-        let probe = match http.get(&url).send().await {
-            Ok(r) if r.status().is_success() => Probe::Ready,
-            Ok(r)
-                if r.headers()
-                    .get("x-baton-outcome")
-                    .is_some_and(|v| v == "DRAINING") =>
-            {
-                Probe::Draining
-            }
-            Ok(_) | Err(_) => Probe::Failed,
+        // Its processes say their address at every start.
+        let probe = match slot.url() {
+            None => Probe::Failed,
+            Some(base) => ready_probe(&http, &base).await,
         };
         if let Some(Readiness { ready, draining }) = history.observe(probe) {
             slot.set_probe(ready, draining);
         }
+    }
+}
+
+/// What the sidecar at `base` says of its readiness.
+async fn ready_probe(http: &reqwest::Client, base: &str) -> Probe {
+    let url = format!("{base}{}", baton_api::constants::paths::READYZ);
+    match http.get(&url).send().await {
+        Ok(r) if r.status().is_success() => Probe::Ready,
+        Ok(r)
+            if r.headers()
+                .get("x-baton-outcome")
+                .is_some_and(|v| v == "DRAINING") =>
+        {
+            Probe::Draining
+        }
+        Ok(_) | Err(_) => Probe::Failed,
     }
 }
 
@@ -469,9 +468,11 @@ async fn rollout(dev: &Dev, actor: &str) -> Result<Vec<RolloutStep>, String> {
     for slot in &dev.door.slots {
         let started = Instant::now();
         println!("baton dev rollout: draining {}", slot.id);
+        // A replica that is down needs no drain; it is replaced anyway.
+        let base = slot.url().unwrap_or_default();
         let drain = dev
             .http
-            .post(format!("{}/v1/admin/drain?wait=true", slot.url()))
+            .post(format!("{base}/v1/admin/drain?wait=true"))
             .header(
                 baton_api::constants::headers::ACTOR,
                 baton_api::constants::headers::actor_value(&format!("{actor} (baton dev rollout)")),

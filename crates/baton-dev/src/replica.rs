@@ -33,8 +33,6 @@ pub struct ReplicaStatus {
 
 pub struct ReplicaSlot {
     pub id: String,
-    pub sidecar_port: u16,
-    pub agent_port: u16,
     status: Mutex<ReplicaStatus>,
     replace: Notify,
     /// Whether the current processes have been ready once.
@@ -87,25 +85,25 @@ pub struct Launcher {
 }
 
 impl ReplicaSlot {
-    pub fn new(id: String, sidecar_port: u16, agent_port: u16) -> Self {
+    pub fn new(id: String) -> Self {
         let status = ReplicaStatus {
             id: id.clone(),
-            url: format!("http://127.0.0.1:{sidecar_port}"),
-            agent_url: format!("http://127.0.0.1:{agent_port}"),
             ..ReplicaStatus::default()
         };
         Self {
             id,
-            sidecar_port,
-            agent_port,
             status: Mutex::new(status),
             replace: Notify::new(),
             ready_once: Default::default(),
         }
     }
 
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.sidecar_port)
+    /// The sidecar's URL, while its processes run. Each start binds ports
+    /// the system picks and says which, so a start never depends on a port
+    /// staying free after someone looked.
+    pub fn url(&self) -> Option<String> {
+        let s = self.lock();
+        (s.pid.is_some() && !s.url.is_empty()).then(|| s.url.clone())
     }
 
     pub fn status(&self) -> ReplicaStatus {
@@ -150,16 +148,20 @@ impl ReplicaSlot {
             .open(dir.join(name))
     }
 
-    fn spawn(&self, launcher: &Launcher) -> std::io::Result<(Child, Child)> {
+    /// Starts the agent, then the sidecar calling it, each on a port the
+    /// system picks; returns them with the URLs they printed.
+    async fn spawn(&self, launcher: &Launcher) -> std::io::Result<Started> {
         let args = &launcher.args;
         let agent_log = self.log_file(args, "agent.log")?;
         let mut agent = Command::new(&launcher.exe);
         agent
             .arg("agent")
-            .arg(format!("--listen=127.0.0.1:{}", self.agent_port))
+            .arg("--listen=127.0.0.1:0")
             .arg(format!("--delay-ms={}", args.agent_delay_ms))
             .arg(format!("--failure-rate={}", args.agent_failure_rate));
-        let agent = with_common(&mut agent, agent_log)?.spawn()?;
+        let mut agent = with_common(&mut agent, agent_log.try_clone()?)?.spawn()?;
+        // `agent` is killed on drop if the sidecar cannot start.
+        let agent_url = printed_url(&mut agent, agent_log, "the agent").await?;
 
         let sidecar_log = self.log_file(args, "sidecar.log")?;
         let mut sidecar = Command::new(&launcher.exe);
@@ -185,12 +187,9 @@ impl ReplicaSlot {
         sidecar
             .arg("sidecar")
             .arg(format!("--replica-id={}", self.id))
-            .arg(format!("--listen=127.0.0.1:{}", self.sidecar_port))
-            .arg(format!(
-                "--advertise-url=http://127.0.0.1:{}",
-                self.sidecar_port
-            ))
-            .arg(format!("--agent-url=http://127.0.0.1:{}", self.agent_port))
+            .arg("--listen=127.0.0.1:0")
+            .arg("--advertise-bound-address")
+            .arg(format!("--agent-url={agent_url}"))
             .arg("--workspace-dir")
             .arg(self.workspace_dir(args));
         args.timing.pass_to(&mut sidecar);
@@ -214,14 +213,18 @@ impl ReplicaSlot {
                 .arg("--objects-dir")
                 .arg(args.data_dir.join("objects"));
         }
-        let sidecar = match with_common(&mut sidecar, sidecar_log)?.spawn() {
-            Ok(child) => child,
-            Err(e) => {
-                // `agent` is dropped here, and kill_on_drop stops it.
-                return Err(e);
-            }
-        };
-        Ok((agent, sidecar))
+        let mut sidecar = with_common(&mut sidecar, sidecar_log.try_clone()?)?.spawn()?;
+        // A sidecar that dies before it listens (a setting it refuses)
+        // prints no URL: the supervisor sees it exit and reports its log.
+        let url = printed_url(&mut sidecar, sidecar_log, "the sidecar")
+            .await
+            .ok();
+        Ok(Started {
+            agent,
+            sidecar,
+            agent_url,
+            url,
+        })
     }
 
     fn log_path(&self, args: &DevArgs, name: &str) -> PathBuf {
@@ -258,9 +261,8 @@ impl ReplicaSlot {
         launcher: &Launcher,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), NeverReady> {
-        // Starts that died before any start was ever ready. One can
-        // be bad luck (a port taken between its pick and the bind); a
-        // setting the sidecar refuses fails every time.
+        // Starts that died before any start was ever ready. One can be bad
+        // luck; a setting the sidecar refuses fails every time.
         let mut unready_deaths = 0;
         let mut ever_ready = false;
         let mut backoff = RESTART_FIRST;
@@ -269,9 +271,24 @@ impl ReplicaSlot {
                 return Ok(());
             }
             let logged_before = self.log_lengths(&launcher.args);
-            let (mut agent, mut sidecar) = match self.spawn(launcher) {
-                Ok(children) => children,
+            let Started {
+                mut agent,
+                mut sidecar,
+                agent_url,
+                url,
+            } = match self.spawn(launcher).await {
+                Ok(started) => started,
                 Err(e) => {
+                    if !ever_ready {
+                        unready_deaths += 1;
+                        if unready_deaths >= NEVER_READY_STARTS {
+                            return Err(NeverReady {
+                                replica: self.id.clone(),
+                                why: format!("could not start: {e}"),
+                                log_tail: self.log_tail(&launcher.args, "agent.log", logged_before),
+                            });
+                        }
+                    }
                     eprintln!("baton dev: {} could not start: {e}; retrying", self.id);
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
@@ -281,6 +298,8 @@ impl ReplicaSlot {
                 let mut s = self.lock();
                 s.pid = sidecar.id();
                 s.agent_pid = agent.id();
+                s.url = url.unwrap_or_default();
+                s.agent_url = agent_url;
                 s.ready = false;
                 s.draining = false;
             }
@@ -305,6 +324,8 @@ impl ReplicaSlot {
                 let mut s = self.lock();
                 s.pid = None;
                 s.agent_pid = None;
+                s.url.clear();
+                s.agent_url.clear();
                 s.ready = false;
                 s.draining = false;
                 match stop {
@@ -348,15 +369,62 @@ impl ReplicaSlot {
     }
 }
 
+/// A replica's running processes and where they listen.
+struct Started {
+    agent: Child,
+    sidecar: Child,
+    agent_url: String,
+    /// `None` when the sidecar exited before it listened.
+    url: Option<String>,
+}
+
+/// How long a process may take to bind and say where.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
+
 fn with_common(cmd: &mut Command, log: std::fs::File) -> std::io::Result<&mut Command> {
-    let err = log.try_clone()?;
     Ok(cmd
         // Children exit if `baton dev` dies without stopping them.
         .env("BATON_EXIT_WITH_PARENT", "1")
         .stdin(Stdio::null())
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(err))
+        // Standard output is read for the address the process bound
+        // (then copied to its log); its log lines go to standard error.
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
         .kill_on_drop(true))
+}
+
+/// The first `http://` URL `child` prints on its standard output (the
+/// address it bound); every line is copied to `log`, the rest as it comes.
+async fn printed_url(child: &mut Child, log: std::fs::File, what: &str) -> std::io::Result<String> {
+    use std::io::Write as _;
+    use tokio::io::AsyncBufReadExt as _;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| std::io::Error::other("no standard output"))?;
+    let (found, url) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let mut log = log;
+        let mut found = Some(found);
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = writeln!(log, "{line}");
+            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://"))
+                && let Some(found) = found.take()
+            {
+                let _ = found.send(url.to_owned());
+            }
+        }
+    });
+    match tokio::time::timeout(LISTEN_TIMEOUT, url).await {
+        Ok(Ok(url)) => Ok(url),
+        Ok(Err(_)) => Err(std::io::Error::other(format!(
+            "{what} exited before it said where it listens"
+        ))),
+        Err(_) => Err(std::io::Error::other(format!(
+            "{what} did not say where it listens within {LISTEN_TIMEOUT:?}"
+        ))),
+    }
 }
 
 fn describe(status: std::io::Result<std::process::ExitStatus>) -> String {

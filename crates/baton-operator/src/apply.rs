@@ -11,6 +11,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -39,6 +40,7 @@ pub async fn apply(
         ChildObject::Secret(o) => apply_typed(client, namespace, o).await,
         ChildObject::ConfigMap(o) => apply_typed(client, namespace, o).await,
         ChildObject::Service(o) => apply_typed(client, namespace, o).await,
+        ChildObject::NetworkPolicy(o) => apply_typed(client, namespace, o).await,
         ChildObject::StatefulSet(o) => apply_typed(client, namespace, o).await,
         ChildObject::Job(o) => apply_typed(client, namespace, o).await,
         ChildObject::PodDisruptionBudget(o) => apply_typed(client, namespace, o).await,
@@ -79,6 +81,7 @@ pub async fn delete(client: &Client, namespace: &str, key: &ChildKey) -> kube::R
         "Secret" => delete_typed::<Secret>(client, namespace, name, &params).await,
         "ConfigMap" => delete_typed::<ConfigMap>(client, namespace, name, &params).await,
         "Service" => delete_typed::<Service>(client, namespace, name, &params).await,
+        "NetworkPolicy" => delete_typed::<NetworkPolicy>(client, namespace, name, &params).await,
         "StatefulSet" => delete_typed::<StatefulSet>(client, namespace, name, &params).await,
         "Job" => delete_typed::<Job>(client, namespace, name, &params).await,
         "PodDisruptionBudget" => {

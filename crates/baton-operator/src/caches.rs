@@ -11,6 +11,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PartialObjectMeta;
@@ -49,6 +50,7 @@ pub struct Caches {
     pub services: Store<PartialObjectMeta<Service>>,
     pub stateful_sets: Store<StatefulSet>,
     pub jobs: Store<Job>,
+    pub network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
     pub pod_disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
     pub pods: Store<Pod>,
 }
@@ -63,6 +65,7 @@ pub struct Streams {
     pub services: Watched<PartialObjectMeta<Service>>,
     pub stateful_sets: Watched<StatefulSet>,
     pub jobs: Watched<Job>,
+    pub network_policies: Watched<PartialObjectMeta<NetworkPolicy>>,
     pub pod_disruption_budgets: Watched<PartialObjectMeta<PodDisruptionBudget>>,
     pub pods: Watched<Pod>,
 }
@@ -148,6 +151,7 @@ pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
         slim(o);
         o.spec = None;
     });
+    let (network_policies, netpol) = metadata::<NetworkPolicy>(client, scope);
     let (pod_disruption_budgets, pdb) = metadata::<PodDisruptionBudget>(client, scope);
     // Pods for their readiness, IP and revision: the status and the rollout.
     let (pods, pod) = full::<Pod>(client, scope, |o| {
@@ -161,6 +165,7 @@ pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
     watch_readiness(&mark, "Service", &services);
     watch_readiness(&mark, "StatefulSet", &stateful_sets);
     watch_readiness(&mark, "Job", &jobs);
+    watch_readiness(&mark, "NetworkPolicy", &network_policies);
     watch_readiness(&mark, "PodDisruptionBudget", &pod_disruption_budgets);
     watch_readiness(&mark, "Pod", &pods);
     (
@@ -172,6 +177,7 @@ pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
             services,
             stateful_sets,
             jobs,
+            network_policies,
             pod_disruption_budgets,
             pods,
         },
@@ -182,6 +188,7 @@ pub fn start(client: &Client, scope: &Scope) -> (Caches, Streams) {
             services: svc,
             stateful_sets: sts,
             jobs: job,
+            network_policies: netpol,
             pod_disruption_budgets: pdb,
             pods: pod,
         },
@@ -257,6 +264,10 @@ impl Caches {
                 .jobs
                 .get(&key(namespace, name))
                 .map(|o| o.metadata.clone()),
+            "NetworkPolicy" => self
+                .network_policies
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
             "PodDisruptionBudget" => self
                 .pod_disruption_budgets
                 .get(&key(namespace, name))
@@ -315,6 +326,13 @@ impl Caches {
         collect(&mut out, "Job", &self.jobs, namespace, owner_uid);
         collect(
             &mut out,
+            "NetworkPolicy",
+            &self.network_policies,
+            namespace,
+            owner_uid,
+        );
+        collect(
+            &mut out,
             "PodDisruptionBudget",
             &self.pod_disruption_budgets,
             namespace,
@@ -356,6 +374,7 @@ impl Caches {
             ("Service", self.services.state().len()),
             ("StatefulSet", self.stateful_sets.state().len()),
             ("Job", self.jobs.state().len()),
+            ("NetworkPolicy", self.network_policies.state().len()),
             (
                 "PodDisruptionBudget",
                 self.pod_disruption_budgets.state().len(),

@@ -157,6 +157,7 @@ fn apply_rank(kind: &str) -> usize {
         "Secret",
         "ConfigMap",
         "Service",
+        "NetworkPolicy",
         "StatefulSet",
         "Job",
         "PodDisruptionBudget",

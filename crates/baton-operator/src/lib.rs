@@ -107,6 +107,12 @@ pub struct RunArgs {
     /// This instance's identity in the Lease and in events; the pod name in a cluster.
     #[arg(long, env = "POD_NAME", hide_env_values = true)]
     pub identity: Option<String>,
+    /// Give every AgentDeployment NetworkPolicies: the sidecars' turn port
+    /// open to all, their admin port and the managed stores only to pods
+    /// labelled `baton.dev/admin-client: "true"` in the operator's own
+    /// namespace (`POD_NAMESPACE`: the operator and the dashboard).
+    #[arg(long, env = "BATON_NETWORK_POLICIES", default_value_t = true, action = clap::ArgAction::Set, hide_env_values = true)]
+    pub network_policies: bool,
     /// Sidecar image for AgentDeployments that do not set spec.sidecar.image.
     #[arg(long, env = "BATON_SIDECAR_IMAGE", hide_env_values = true)]
     pub sidecar_image: Option<String>,
@@ -231,6 +237,13 @@ async fn run_controller(
         recorder,
         metrics,
         default_sidecar_image: args.sidecar_image.clone(),
+        platform: baton_resources::Platform {
+            network_policies: args
+                .network_policies
+                .then(|| baton_resources::AdminClients {
+                    namespace: args.leader_election_namespace.clone(),
+                }),
+        },
         resync: args.resync_interval,
         verified: Default::default(),
         failures: Default::default(),
@@ -246,6 +259,7 @@ async fn run_controller(
         .owns_stream(streams.services)
         .owns_stream(streams.stateful_sets)
         .owns_stream(streams.jobs)
+        .owns_stream(streams.network_policies)
         .owns_stream(streams.pod_disruption_budgets)
         // Pods belong to the StatefulSet, not to us: map them by their instance label.
         .watches_stream(streams.pods, |pod| {

@@ -79,6 +79,12 @@ pub const RULES: &[Rule] = &[
         why: "apply and prune the bucket Job",
     },
     Rule {
+        group: "networking.k8s.io",
+        resources: &["networkpolicies"],
+        verbs: OWN,
+        why: "apply and prune the NetworkPolicies of the replicas and the managed stores",
+    },
+    Rule {
         group: "policy",
         resources: &["poddisruptionbudgets"],
         verbs: OWN,
@@ -87,8 +93,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         group: "",
         resources: &["pods"],
-        verbs: &["list", "watch", "patch", "delete"],
-        why: "replica pods: the status, and the rollout marks the pod it drains and deletes it once drained",
+        verbs: &["list", "watch", "delete"],
+        why: "replica pods: the status, and the rollout deletes a pod once drained (it marks draining pods in its own status, so it never patches a pod)",
     },
     Rule {
         group: "events.k8s.io",

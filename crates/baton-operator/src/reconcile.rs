@@ -52,6 +52,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The sidecar image for resources that do not name one.
     pub default_sidecar_image: Option<String>,
+    /// What the operator's settings add to every deployment's objects.
+    pub platform: baton_resources::Platform,
     /// How often an unchanged, healthy resource is checked again.
     pub resync: Duration,
     pub verified: Mutex<Verified>,
@@ -249,7 +251,7 @@ async fn reconcile_steps(
     }
 
     // build
-    let mut state = baton_resources::build(&valid, &credentials);
+    let mut state = baton_resources::build(&valid, &credentials, &ctx.platform);
     for sts in &mut state.stateful_sets {
         if sts.metadata.name.as_deref() == Some(valid.names.replicas().as_str())
             && let Some(spec) = sts.spec.as_mut()
@@ -406,6 +408,10 @@ async fn read_rollout(
         Some(uid) => rollout_io::replica_pods(
             &ctx.caches.pods_of(&namespace, &uid),
             &valid.names.replicas(),
+            agd.status
+                .as_ref()
+                .and_then(|s| s.rollout.as_ref())
+                .map_or(&[], |r| r.draining.as_slice()),
         ),
         None => Vec::new(),
     };
@@ -456,17 +462,21 @@ async fn run_rollout(
         ctx.leading("drain")?;
         rollout_io::drain_again(&ctx.sidecars, pod, token).await;
     }
-    for pod in plan.drain.iter().filter_map(|n| find(n)) {
-        ctx.write("pod")?;
-        let in_flight = rollout_io::start_drain(
-            &ctx.client,
-            &ctx.sidecars,
-            &namespace,
-            pod,
-            token,
-            Timestamp::now(),
+    if !plan.drain.is_empty() {
+        // The status names the pods before their sidecars are asked: an
+        // operator that restarts (or a new leader) then knows they drain.
+        let api: Api<AgentDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
+        ctx.write("status")?;
+        api.patch_status(
+            &agd.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": { "rollout": plan.status } })),
         )
         .await?;
+    }
+    for pod in plan.drain.iter().filter_map(|n| find(n)) {
+        ctx.leading("drain")?;
+        let in_flight = rollout_io::start_drain(&ctx.sidecars, pod, token).await;
         let removed = pod.pod.ordinal >= agd.spec.replicas;
         let why = if removed {
             "scale-down".to_owned()

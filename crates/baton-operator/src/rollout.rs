@@ -1,16 +1,17 @@
 //! The rolling release, as a pure function: from the replica pods (their
-//! revision, readiness and drain annotation), what their sidecars said when
-//! asked, and the previous `status.rollout`, decide which pods to start
-//! draining, which drained pods to replace, how many replicas the
-//! StatefulSet may have, and the new `status.rollout`.
+//! revision, readiness and whether the status lists them as draining), what
+//! their sidecars said when asked, and the previous `status.rollout`,
+//! decide which pods to start draining, which drained pods to replace, how
+//! many replicas the StatefulSet may have, and the new `status.rollout`.
 //!
 //! Each reconcile runs one step; nothing is kept in memory between them.
-//! The state is in the API: a pod being drained carries
-//! `baton.dev/drain-started-at`, a replaced pod comes back from the
-//! StatefulSet controller with the update revision's label, and the status
-//! says when the rollout began. An operator that restarts, or a new leader,
-//! reads the same objects and takes the same next step; a pod is deleted
-//! only once it carries the annotation and its drain is over.
+//! The state is in the API: `status.rollout.draining` lists the pods being
+//! drained (written before their sidecars are asked, so the operator needs
+//! no right to patch pods), a replaced pod comes back from the StatefulSet
+//! controller with the update revision's label, and the status says when
+//! the rollout began. An operator that restarts, or a new leader, reads the
+//! same objects and takes the same next step; a pod is deleted only once it
+//! is listed as draining and its drain is over.
 //!
 //! The order: pods that are not ready first (they serve nothing), then the
 //! highest ordinal first, as the StatefulSet controller would. At most
@@ -23,7 +24,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use baton_api::{RolloutPhase, RolloutStatus, RolloutStep};
+use baton_api::{DrainingPod, RolloutPhase, RolloutStatus, RolloutStep};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -60,7 +61,7 @@ pub struct ReplicaPod {
     /// It has a deletion timestamp: already on its way out.
     pub terminating: bool,
     pub created_at: Option<Timestamp>,
-    /// `baton.dev/drain-started-at`: the rollout began draining it.
+    /// When the rollout began draining it (`status.rollout.draining`).
     pub drain_started_at: Option<Timestamp>,
 }
 
@@ -94,7 +95,7 @@ pub struct Inputs<'a> {
     /// latest template.
     pub update_revision: Option<&'a str>,
     pub pods: &'a [ReplicaPod],
-    /// The answers of the sidecars of the pods that carry a drain annotation.
+    /// The answers of the sidecars of the pods listed as draining.
     pub probes: &'a [(String, DrainProbe)],
     pub paused: bool,
     pub max_unavailable: i32,
@@ -177,8 +178,35 @@ fn drain_over(inputs: &Inputs<'_>, pod: &ReplicaPod) -> bool {
     }
 }
 
-/// The next step of the rollout (and of a scale-down).
+/// The next step of the rollout (and of a scale-down), with the pods it
+/// drains after this step in `status.draining`.
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
+    let mut plan = step(inputs);
+    plan.status.draining = draining_after(inputs.pods, &plan.drain, inputs.now);
+    plan
+}
+
+/// The pods being drained once `drain` begins: those already draining that
+/// still exist, and the new ones.
+fn draining_after(pods: &[ReplicaPod], drain: &[String], now: Timestamp) -> Vec<DrainingPod> {
+    let mut out: Vec<DrainingPod> = pods
+        .iter()
+        .filter_map(|p| {
+            let since = p
+                .drain_started_at
+                .or_else(|| drain.contains(&p.name).then_some(now))?;
+            Some(DrainingPod {
+                pod: p.name.clone(),
+                uid: p.uid.clone(),
+                since: time(since),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.pod.cmp(&b.pod));
+    out
+}
+
+fn step(inputs: &Inputs<'_>) -> Plan {
     let desired = inputs.desired.max(0);
     let previous = inputs.previous;
     let live: Vec<&ReplicaPod> = inputs.pods.iter().filter(|p| !p.terminating).collect();
@@ -517,6 +545,48 @@ mod tests {
             drained_in_ms: Some(40),
             aborted: 0,
         }
+    }
+
+    #[test]
+    fn the_status_lists_every_draining_pod_with_its_uid_before_the_drain() {
+        const OLD: &str = "demo-aaa";
+        // demo-2 drains since 40; the plan starts nothing else meanwhile.
+        let mut case = Case::new(vec![
+            pod(0, OLD, true),
+            pod(1, OLD, true),
+            draining(pod(2, OLD, true), 40),
+        ]);
+        case.probes = vec![("demo-2".into(), DrainProbe::Draining { in_flight: 1 })];
+        let plan = case.plan();
+        assert!(plan.drain.is_empty());
+        let listed: Vec<_> = plan
+            .status
+            .draining
+            .iter()
+            .map(|d| (d.pod.as_str(), d.uid.as_str(), d.since.clone()))
+            .collect();
+        assert_eq!(listed, [("demo-2", "uid-2-demo-aaa", time(at(40)))]);
+
+        // Nothing draining: the plan starts demo-2 and lists it, since now.
+        let plan = Case::new(vec![
+            pod(0, OLD, true),
+            pod(1, OLD, true),
+            pod(2, OLD, true),
+        ])
+        .plan();
+        assert_eq!(plan.drain, ["demo-2"]);
+        assert_eq!(plan.status.draining.len(), 1);
+        assert_eq!(
+            (
+                plan.status.draining[0].pod.as_str(),
+                &plan.status.draining[0].since
+            ),
+            ("demo-2", &time(at(100)))
+        );
+
+        // A drained pod that is gone leaves the list.
+        let plan = Case::new(vec![pod(0, OLD, true), pod(1, OLD, true)]).plan();
+        assert!(plan.status.draining.iter().all(|d| d.pod != "demo-2"));
     }
 
     #[test]

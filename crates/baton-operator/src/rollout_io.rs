@@ -1,20 +1,22 @@
 //! The edges of the rollout: reading the replica pods from the cache,
 //! asking the sidecars of draining pods how their drain goes, and carrying
-//! out what [`crate::rollout::plan`] decided (mark and drain a pod, hand
-//! over and delete a drained one), with an event for every step.
+//! out what [`crate::rollout::plan`] decided (drain a pod the status lists
+//! as draining, hand over and delete a drained one), with an event for
+//! every step.
 //!
-//! The operator calls each sidecar's admin API at the pod's IP with the
+//! The operator calls each sidecar's admin API at the pod's IP (the admin
+//! port, which the deployment's NetworkPolicy opens to it) with the
 //! deployment's admin token (the `<name>-admin` Secret, which the sidecars
 //! read too).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_api::constants::{annotations, paths, ports};
+use baton_api::DrainingPod;
+use baton_api::constants::{paths, ports};
 use baton_views::{Handover, ReplicaStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -32,8 +34,13 @@ pub struct LivePod {
 }
 
 /// The pods of the replica StatefulSet `stateful_set` (named
-/// `<stateful_set>-<ordinal>`), as the rollout sees them.
-pub fn replica_pods(pods: &[Arc<Pod>], stateful_set: &str) -> Vec<LivePod> {
+/// `<stateful_set>-<ordinal>`), as the rollout sees them; `draining` is
+/// `status.rollout.draining`.
+pub fn replica_pods(
+    pods: &[Arc<Pod>],
+    stateful_set: &str,
+    draining: &[DrainingPod],
+) -> Vec<LivePod> {
     let prefix = format!("{stateful_set}-");
     let mut out: Vec<LivePod> = pods
         .iter()
@@ -44,16 +51,16 @@ pub fn replica_pods(pods: &[Arc<Pod>], stateful_set: &str) -> Vec<LivePod> {
             let ready = status
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            let drain_started_at = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(annotations::DRAIN_STARTED_AT))
-                .and_then(|v| v.parse::<Timestamp>().ok());
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            // By uid: a pod of the same name that replaced it is not draining.
+            let drain_started_at = draining
+                .iter()
+                .find(|d| d.pod == name && d.uid == uid)
+                .map(|d| d.since.0);
             Some(LivePod {
                 pod: ReplicaPod {
                     name,
-                    uid: p.metadata.uid.clone().unwrap_or_default(),
+                    uid,
                     ordinal,
                     revision: p
                         .metadata
@@ -116,7 +123,7 @@ impl Sidecars {
         } else {
             ip.to_owned()
         };
-        let url = format!("http://{host}:{}{path}", ports::SIDECAR_HTTP);
+        let url = format!("http://{host}:{}{path}", ports::SIDECAR_ADMIN);
         let mut request = self
             .http
             .request(method, url)
@@ -197,7 +204,7 @@ impl Sidecars {
         None
     }
 
-    /// How the drain of each pod that carries the drain annotation goes.
+    /// How the drain of each pod the status lists as draining goes.
     pub async fn probe_drains(
         &self,
         pods: &[LivePod],
@@ -224,29 +231,10 @@ impl Sidecars {
     }
 }
 
-/// Marks `pod` as being drained (so an operator that restarts knows) and
-/// starts its drain. Returns the turns in flight when it began, if the
-/// sidecar answered.
-pub async fn start_drain(
-    client: &Client,
-    sidecars: &Sidecars,
-    namespace: &str,
-    pod: &LivePod,
-    token: Option<&str>,
-    now: Timestamp,
-) -> kube::Result<Option<u64>> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    // The uid makes the patch fail on a pod of the same name that replaced
-    // this one since the cache saw it.
-    let patch = serde_json::json!({
-        "metadata": {
-            "uid": pod.pod.uid,
-            "annotations": { annotations::DRAIN_STARTED_AT: now.to_string() },
-        }
-    });
-    api.patch(&pod.pod.name, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
-    Ok(drain_again(sidecars, pod, token).await)
+/// Starts the drain of `pod`, which the status already lists as draining.
+/// Returns the turns in flight when it began, if the sidecar answered.
+pub async fn start_drain(sidecars: &Sidecars, pod: &LivePod, token: Option<&str>) -> Option<u64> {
+    drain_again(sidecars, pod, token).await
 }
 
 /// Asks the sidecar to drain (again); the turns in flight, if it answered.

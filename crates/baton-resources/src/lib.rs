@@ -8,6 +8,7 @@
 
 mod credentials;
 pub mod meta;
+pub mod network;
 mod parts;
 pub mod replicas;
 pub mod stores;
@@ -16,13 +17,24 @@ use baton_api::ValidAgentDeployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use credentials::Credentials;
+pub use network::AdminClients;
 pub use replicas::RuntimeConfig;
+
+/// What the cluster adds to an `AgentDeployment`'s objects, beyond its spec:
+/// the operator's settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Platform {
+    /// NetworkPolicies admitting these admin clients; none when `None`
+    /// (the operator's `--network-policies=false`).
+    pub network_policies: Option<AdminClients>,
+}
 
 /// Every object of one `AgentDeployment`, by kind.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -31,6 +43,7 @@ pub struct DesiredState {
     pub secrets: Vec<Secret>,
     pub config_maps: Vec<ConfigMap>,
     pub services: Vec<Service>,
+    pub network_policies: Vec<NetworkPolicy>,
     /// Stores first, the replicas last.
     pub stateful_sets: Vec<StatefulSet>,
     pub jobs: Vec<Job>,
@@ -45,6 +58,7 @@ pub enum ChildObject {
     Secret(Secret),
     ConfigMap(ConfigMap),
     Service(Service),
+    NetworkPolicy(NetworkPolicy),
     StatefulSet(StatefulSet),
     Job(Job),
     PodDisruptionBudget(PodDisruptionBudget),
@@ -58,6 +72,7 @@ impl ChildObject {
             Self::Secret(_) => "Secret",
             Self::ConfigMap(_) => "ConfigMap",
             Self::Service(_) => "Service",
+            Self::NetworkPolicy(_) => "NetworkPolicy",
             Self::StatefulSet(_) => "StatefulSet",
             Self::Job(_) => "Job",
             Self::PodDisruptionBudget(_) => "PodDisruptionBudget",
@@ -70,6 +85,7 @@ impl ChildObject {
             Self::Secret(o) => &o.metadata,
             Self::ConfigMap(o) => &o.metadata,
             Self::Service(o) => &o.metadata,
+            Self::NetworkPolicy(o) => &o.metadata,
             Self::StatefulSet(o) => &o.metadata,
             Self::Job(o) => &o.metadata,
             Self::PodDisruptionBudget(o) => &o.metadata,
@@ -82,6 +98,7 @@ impl ChildObject {
             Self::Secret(o) => &mut o.metadata,
             Self::ConfigMap(o) => &mut o.metadata,
             Self::Service(o) => &mut o.metadata,
+            Self::NetworkPolicy(o) => &mut o.metadata,
             Self::StatefulSet(o) => &mut o.metadata,
             Self::Job(o) => &mut o.metadata,
             Self::PodDisruptionBudget(o) => &mut o.metadata,
@@ -97,7 +114,8 @@ impl ChildObject {
 impl DesiredState {
     /// The objects in the order they are applied: what others refer to
     /// (ServiceAccount, Secrets, ConfigMaps, Services) before what refers to
-    /// them (StatefulSets, Jobs), the disruption budget last.
+    /// them (StatefulSets, Jobs), the NetworkPolicies before the pods they
+    /// guard, the disruption budget last.
     pub fn into_objects(self) -> Vec<ChildObject> {
         // No `..`: a new kind added to DesiredState must be placed here.
         let DesiredState {
@@ -105,6 +123,7 @@ impl DesiredState {
             secrets,
             config_maps,
             services,
+            network_policies,
             stateful_sets,
             jobs,
             pod_disruption_budgets,
@@ -116,6 +135,7 @@ impl DesiredState {
         objects.extend(secrets.into_iter().map(ChildObject::Secret));
         objects.extend(config_maps.into_iter().map(ChildObject::ConfigMap));
         objects.extend(services.into_iter().map(ChildObject::Service));
+        objects.extend(network_policies.into_iter().map(ChildObject::NetworkPolicy));
         objects.extend(stateful_sets.into_iter().map(ChildObject::StatefulSet));
         objects.extend(jobs.into_iter().map(ChildObject::Job));
         objects.extend(
@@ -151,7 +171,7 @@ fn secret_digest(secret: &Secret) -> (String, Vec<u8>) {
 }
 
 /// Builds every child object of `agd`.
-pub fn build(agd: &ValidAgentDeployment, creds: &Credentials) -> DesiredState {
+pub fn build(agd: &ValidAgentDeployment, creds: &Credentials, platform: &Platform) -> DesiredState {
     let mut state = DesiredState {
         service_account: replicas::service_account(agd),
         ..DesiredState::default()
@@ -161,7 +181,9 @@ pub fn build(agd: &ValidAgentDeployment, creds: &Credentials) -> DesiredState {
     let postgres = stores::postgres(agd, creds);
     let minio = stores::minio(agd, creds);
     let (minio, bucket_job) = minio.unzip();
+    let mut managed_stores = false;
     for store in [redis, postgres, minio].into_iter().flatten() {
+        managed_stores = true;
         state.secrets.push(store.secret);
         state.services.push(store.service);
         state.stateful_sets.push(store.stateful_set);
@@ -180,5 +202,11 @@ pub fn build(agd: &ValidAgentDeployment, creds: &Credentials) -> DesiredState {
     state
         .pod_disruption_budgets
         .push(replicas::pod_disruption_budget(agd));
+    if let Some(clients) = &platform.network_policies {
+        state.network_policies.push(network::replicas(agd, clients));
+        if managed_stores {
+            state.network_policies.push(network::stores(agd, clients));
+        }
+    }
     state
 }

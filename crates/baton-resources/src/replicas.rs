@@ -33,6 +33,7 @@ const SIDECAR_TMP_VOLUME: &str = "baton-tmp";
 const AGENT_CONTAINER: &str = "agent";
 pub const SIDECAR_CONTAINER: &str = "baton";
 const HTTP_PORT_NAME: &str = "http";
+const ADMIN_PORT_NAME: &str = "admin";
 
 /// The runtime settings every replica gets: the ConfigMap's data and the
 /// sidecar's plain environment, from one list so they cannot drift apart.
@@ -71,6 +72,10 @@ impl RuntimeConfig {
             (env::WORKSPACE_DIR, mounts::WORKSPACE.to_owned()),
             (env::WORKSPACE_CACHE_MIB, WORKSPACE_CACHE_MIB.to_string()),
             (env::LISTEN, format!("0.0.0.0:{}", ports::SIDECAR_HTTP)),
+            (
+                env::ADMIN_LISTEN,
+                format!("0.0.0.0:{}", ports::SIDECAR_ADMIN),
+            ),
         ]);
         let (bucket, path_style) = match &agd.object_store {
             Dependency::Managed(m) => (m.bucket.clone(), true),
@@ -176,11 +181,10 @@ pub fn headless_service(agd: &ValidAgentDeployment) -> Service {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(agd, App::Agent)),
-            ports: Some(vec![service_port(
-                HTTP_PORT_NAME,
-                ports::SIDECAR_HTTP,
-                HTTP_PORT_NAME,
-            )]),
+            ports: Some(vec![
+                service_port(HTTP_PORT_NAME, ports::SIDECAR_HTTP, HTTP_PORT_NAME),
+                service_port(ADMIN_PORT_NAME, ports::SIDECAR_ADMIN, ADMIN_PORT_NAME),
+            ]),
             ..ServiceSpec::default()
         }),
         status: None,
@@ -297,7 +301,11 @@ fn sidecar_container(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> Cont
         // Kubernetes expands `$(VAR)` from the variables listed before it.
         k8s_openapi::api::core::v1::EnvVar {
             name: env::ADVERTISE_URL.into(),
-            value: Some(format!("http://$({}):{}", env::POD_IP, ports::SIDECAR_HTTP)),
+            value: Some(format!(
+                "http://$({}):{}",
+                env::POD_IP,
+                ports::SIDECAR_ADMIN
+            )),
             ..Default::default()
         },
     ];
@@ -308,12 +316,20 @@ fn sidecar_container(agd: &ValidAgentDeployment, config: &RuntimeConfig) -> Cont
         image: Some(agd.sidecar_image.clone()),
         image_pull_policy: Some("IfNotPresent".into()),
         args: Some(vec!["sidecar".into()]),
-        ports: Some(vec![ContainerPort {
-            name: Some(HTTP_PORT_NAME.into()),
-            container_port: i32::from(ports::SIDECAR_HTTP),
-            protocol: Some("TCP".into()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(HTTP_PORT_NAME.into()),
+                container_port: i32::from(ports::SIDECAR_HTTP),
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some(ADMIN_PORT_NAME.into()),
+                container_port: i32::from(ports::SIDECAR_ADMIN),
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+        ]),
         env: Some(sidecar_env),
         resources: Some(
             agd.resource

@@ -2,7 +2,7 @@
 
 use baton_api::constants::{annotations, env, labels, ports};
 use baton_api::{ValidAgentDeployment, parse, validate};
-use baton_resources::{ChildObject, Credentials, DesiredState, build};
+use baton_resources::{Credentials, DesiredState, build};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -46,7 +46,7 @@ fn minimal_with(spec: &str) -> ValidAgentDeployment {
 }
 
 fn render(agd: &ValidAgentDeployment) -> DesiredState {
-    build(agd, &creds())
+    build(agd, &creds(), &platform())
 }
 
 fn container<'a>(sts: &'a StatefulSet, name: &str) -> &'a Container {
@@ -88,15 +88,7 @@ fn metas(state: DesiredState) -> Vec<(String, ObjectMeta)> {
     state
         .into_objects()
         .into_iter()
-        .map(|o| match o {
-            ChildObject::ServiceAccount(x) => ("ServiceAccount".into(), x.metadata),
-            ChildObject::Secret(x) => ("Secret".into(), x.metadata),
-            ChildObject::ConfigMap(x) => ("ConfigMap".into(), x.metadata),
-            ChildObject::Service(x) => ("Service".into(), x.metadata),
-            ChildObject::StatefulSet(x) => ("StatefulSet".into(), x.metadata),
-            ChildObject::Job(x) => ("Job".into(), x.metadata),
-            ChildObject::PodDisruptionBudget(x) => ("PodDisruptionBudget".into(), x.metadata),
-        })
+        .map(|o| (o.kind().to_owned(), o.metadata().clone()))
         .collect()
 }
 
@@ -310,12 +302,12 @@ fn changing_replicas_or_the_image_does_not_change_the_config_hash() {
 #[test]
 fn changing_a_managed_credential_changes_the_config_hash() {
     let agd = valid(MINIMAL);
-    let base = config_hash(&build(&agd, &creds()));
+    let base = config_hash(&build(&agd, &creds(), &platform()));
     let rotated = Credentials {
         postgres_password: "rotated".into(),
         ..creds()
     };
-    assert_ne!(base, config_hash(&build(&agd, &rotated)));
+    assert_ne!(base, config_hash(&build(&agd, &rotated, &platform())));
 }
 
 #[test]
@@ -395,10 +387,10 @@ fn managed_dependencies_yield_their_objects() {
 #[test]
 fn managed_credentials_come_from_the_input_not_from_the_builder() {
     let agd = valid(MINIMAL);
-    let a = serde_json::to_string(&build(&agd, &creds()).secrets).unwrap();
-    let b = serde_json::to_string(&build(&agd, &creds()).secrets).unwrap();
+    let a = serde_json::to_string(&build(&agd, &creds(), &platform()).secrets).unwrap();
+    let b = serde_json::to_string(&build(&agd, &creds(), &platform()).secrets).unwrap();
     assert_eq!(a, b, "same credentials in, same Secrets out");
-    let pg = &build(&agd, &creds()).secrets[1];
+    let pg = &build(&agd, &creds(), &platform()).secrets[1];
     let password = String::from_utf8(pg.data.as_ref().unwrap()["password"].0.clone()).unwrap();
     assert_eq!(password, "pg-pw-Q7x");
 }
@@ -435,8 +427,8 @@ fn the_sidecars_read_the_admin_token_the_operator_keeps() {
         ..creds()
     };
     assert_ne!(
-        config_hash(&build(&valid(MINIMAL), &creds())),
-        config_hash(&build(&valid(MINIMAL), &rotated)),
+        config_hash(&build(&valid(MINIMAL), &creds(), &platform())),
+        config_hash(&build(&valid(MINIMAL), &rotated, &platform())),
         "a new token reaches the pods through a rollout"
     );
 }
@@ -609,5 +601,152 @@ fn objects_come_out_in_apply_order() {
     assert_eq!(
         kinds.last().map(String::as_str),
         Some("PodDisruptionBudget")
+    );
+}
+
+/// The operator's defaults: NetworkPolicies admitting `baton-system`'s admin clients.
+fn platform() -> baton_resources::Platform {
+    baton_resources::Platform {
+        network_policies: Some(baton_resources::AdminClients {
+            namespace: "baton-system".into(),
+        }),
+    }
+}
+
+#[test]
+fn the_admin_api_has_a_port_of_its_own_which_the_dashboard_is_told() {
+    let state = render(&valid(MINIMAL));
+    let sidecar = container(state.replicas(), "baton");
+    assert_eq!(env_value(sidecar, env::LISTEN), "0.0.0.0:7070");
+    assert_eq!(env_value(sidecar, env::ADMIN_LISTEN), "0.0.0.0:7071");
+    assert_eq!(
+        env_value(sidecar, env::ADVERTISE_URL),
+        "http://$(BATON_POD_IP):7071",
+        "the dashboard calls the advertised URL's admin routes"
+    );
+    let ports: Vec<_> = sidecar
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.as_deref().unwrap(), p.container_port))
+        .collect();
+    assert_eq!(ports, [("http", 7070), ("admin", 7071)]);
+}
+
+fn policy<'a>(
+    state: &'a DesiredState,
+    name: &str,
+) -> &'a k8s_openapi::api::networking::v1::NetworkPolicySpec {
+    state
+        .network_policies
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .and_then(|p| p.spec.as_ref())
+        .unwrap_or_else(|| panic!("no NetworkPolicy {name}"))
+}
+
+#[test]
+fn network_policies_open_the_turn_port_to_all_and_the_rest_to_admin_clients() {
+    let state = render(&valid(MINIMAL));
+    let names: Vec<_> = state
+        .network_policies
+        .iter()
+        .map(|p| p.metadata.name.as_deref().unwrap())
+        .collect();
+    assert_eq!(names, ["bot", "bot-stores"]);
+    let replicas = policy(&state, "bot");
+    assert_eq!(
+        replicas
+            .pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()[labels::COMPONENT],
+        "agent"
+    );
+    assert_eq!(
+        replicas.policy_types.as_deref(),
+        Some(&["Ingress".to_owned()][..])
+    );
+    let rules = replicas.ingress.as_ref().unwrap();
+    let port_of = |rule: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| {
+        let ports = rule.ports.as_ref().unwrap();
+        assert_eq!(ports.len(), 1);
+        ports[0].port.clone().unwrap()
+    };
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    // The turn port: every source.
+    assert_eq!(port_of(&rules[0]), IntOrString::Int(7070));
+    assert!(rules[0].from.is_none());
+    // The admin port: pods marked admin clients in the operator's namespace.
+    assert_eq!(port_of(&rules[1]), IntOrString::Int(7071));
+    let from = &rules[1].from.as_ref().unwrap()[0];
+    assert_eq!(
+        from.namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()["kubernetes.io/metadata.name"],
+        "baton-system"
+    );
+    assert_eq!(
+        from.pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()[baton_resources::network::ADMIN_CLIENT_LABEL],
+        "true"
+    );
+    // No rule names the agent's port: only the sidecar, over the pod's
+    // loopback, reaches it.
+    assert_eq!(rules.len(), 2);
+
+    let stores = policy(&state, "bot-stores");
+    let selector = stores.pod_selector.as_ref().unwrap();
+    assert_eq!(
+        selector.match_labels.as_ref().unwrap()[labels::INSTANCE],
+        "bot"
+    );
+    let components = selector.match_expressions.as_ref().unwrap()[0]
+        .values
+        .clone()
+        .unwrap();
+    assert_eq!(components, ["coordination-store", "ledger", "object-store"]);
+    let from = stores.ingress.as_ref().unwrap()[0].from.as_ref().unwrap();
+    assert_eq!(
+        from[0]
+            .pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()[labels::INSTANCE],
+        "bot",
+        "the deployment's own pods"
+    );
+    assert!(from[0].namespace_selector.is_none(), "in its own namespace");
+    assert!(
+        from[1].namespace_selector.is_some(),
+        "and the admin clients"
+    );
+}
+
+#[test]
+fn external_stores_get_no_store_policy_and_the_policies_can_be_turned_off() {
+    let state = render(&valid(ALL_EXTERNAL));
+    assert_eq!(state.network_policies.len(), 1);
+    let off = build(
+        &valid(MINIMAL),
+        &creds(),
+        &baton_resources::Platform::default(),
+    );
+    assert!(off.network_policies.is_empty());
+    assert!(
+        !off.into_objects()
+            .iter()
+            .any(|o| o.kind() == "NetworkPolicy")
     );
 }

@@ -59,15 +59,7 @@ fn manifest() -> impl Strategy<Value = String> {
 fn child_names(objects: &[ChildObject]) -> Vec<(bool, String)> {
     objects
         .iter()
-        .map(|o| match o {
-            ChildObject::StatefulSet(x) => (true, x.metadata.name.clone().unwrap()),
-            ChildObject::ServiceAccount(x) => (false, x.metadata.name.clone().unwrap()),
-            ChildObject::Secret(x) => (false, x.metadata.name.clone().unwrap()),
-            ChildObject::ConfigMap(x) => (false, x.metadata.name.clone().unwrap()),
-            ChildObject::Service(x) => (false, x.metadata.name.clone().unwrap()),
-            ChildObject::Job(x) => (false, x.metadata.name.clone().unwrap()),
-            ChildObject::PodDisruptionBudget(x) => (false, x.metadata.name.clone().unwrap()),
-        })
+        .map(|o| (o.kind() == "StatefulSet", o.name().to_owned()))
         .collect()
 }
 
@@ -78,9 +70,9 @@ proptest! {
     fn rendering_is_deterministic(text in manifest()) {
         let resource = parse::from_yaml(&text).unwrap();
         if let Ok(agd) = validate(&resource) {
-            let first = serde_json::to_string(&build(&agd, &creds()).into_objects()).unwrap();
+            let first = serde_json::to_string(&build(&agd, &creds(), &platform()).into_objects()).unwrap();
             let again = validate(&parse::from_yaml(&text).unwrap()).unwrap();
-            let second = serde_json::to_string(&build(&again, &creds()).into_objects()).unwrap();
+            let second = serde_json::to_string(&build(&again, &creds(), &platform()).into_objects()).unwrap();
             prop_assert_eq!(first, second);
         }
     }
@@ -90,7 +82,7 @@ proptest! {
         let resource = parse::from_yaml(&text).unwrap();
         match validate(&resource) {
             Ok(agd) => {
-                for (is_stateful_set, name) in child_names(&build(&agd, &creds()).into_objects()) {
+                for (is_stateful_set, name) in child_names(&build(&agd, &creds(), &platform()).into_objects()) {
                     prop_assert!(is_dns_label(&name), "{} is not a DNS label", name);
                     if is_stateful_set {
                         prop_assert!(name.len() <= STATEFUL_SET_NAME_MAX, "StatefulSet {} too long", name);
@@ -104,5 +96,14 @@ proptest! {
                 prop_assert!(errors.0.iter().all(|v| v.message.contains("at most")), "{}", errors);
             }
         }
+    }
+}
+
+/// The operator's defaults: NetworkPolicies admitting `baton-system`'s admin clients.
+fn platform() -> baton_resources::Platform {
+    baton_resources::Platform {
+        network_policies: Some(baton_resources::AdminClients {
+            namespace: "baton-system".into(),
+        }),
     }
 }

@@ -60,16 +60,29 @@ pub struct SidecarArgs {
     #[arg(long, env = env::REPLICA_ID, hide_env_values = true)]
     pub replica_id: String,
 
-    /// Address of the turn, admin, probe and metrics API.
+    /// Address of the turn, probe and metrics API, and of the admin API
+    /// unless `--admin-listen` gives it its own.
     #[arg(long, env = env::LISTEN, default_value = "127.0.0.1:7070", hide_env_values = true)]
     pub listen: SocketAddr,
 
-    /// The URL at which others reach this sidecar's API (under Kubernetes
-    /// `http://$(POD_IP):<port>`), said with every heartbeat: the
-    /// dashboard drains the replica there. Unset: the dashboard cannot
+    /// Address of the admin API (drain, status, handover, takeover) alone;
+    /// `--listen` then serves no admin route. The operator sets it, so a
+    /// NetworkPolicy can admit only the operator and the dashboard to it.
+    #[arg(long, env = env::ADMIN_LISTEN, hide_env_values = true)]
+    pub admin_listen: Option<SocketAddr>,
+
+    /// The URL at which others reach this sidecar's admin API (under
+    /// Kubernetes `http://$(POD_IP):<admin port>`), said with every
+    /// heartbeat: the dashboard drains the replica there. Unset: the dashboard cannot
     /// drain it.
     #[arg(long, env = env::ADVERTISE_URL, hide_env_values = true)]
     pub advertise_url: Option<String>,
+
+    /// Advertise the address the admin API is bound to (`http://` and the
+    /// bound address): for a sidecar on loopback whose port the system
+    /// picked (`--listen 127.0.0.1:0`), as `baton dev` starts its replicas.
+    #[arg(long, conflicts_with = "advertise_url", default_value_t = false)]
+    pub advertise_bound_address: bool,
 
     /// Take over stores that hold another data layout once no replica of
     /// that layout is alive (the operator sets it for

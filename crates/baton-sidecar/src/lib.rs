@@ -108,6 +108,30 @@ async fn serve<S: ThreadStore>(
         heartbeat_interval: args.timing.heartbeat_interval,
         heartbeat_ttl: args.heartbeat_ttl(),
     };
+    // Bound first (connections wait in the backlog until served): a port
+    // in use fails the start, and a port the system picks is known before
+    // the first heartbeat says it.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let admin_listener = match args.admin_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("admin listen on {at}"))?,
+        ),
+        None => None,
+    };
+    let advertised_url = if args.advertise_bound_address {
+        let admin_addr = match &admin_listener {
+            Some(admin) => admin.local_addr()?,
+            None => addr,
+        };
+        Some(format!("http://{admin_addr}"))
+    } else {
+        args.advertise_url.clone()
+    };
     std::fs::create_dir_all(&args.workspace_dir)
         .with_context(|| format!("workspace dir {}", args.workspace_dir.display()))?;
     // Absolute, so agents get absolute workspace paths.
@@ -126,7 +150,7 @@ async fn serve<S: ThreadStore>(
             max_bytes: args.workspace_cache_mib.saturating_mul(1 << 20),
             ..engine::LocalBudget::default()
         })
-        .with_advertised_url(args.advertise_url.clone())
+        .with_advertised_url(advertised_url)
         .with_layout(args.data_layout, args.adopt_layout),
     );
     let auth = Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
@@ -160,11 +184,12 @@ async fn serve<S: ThreadStore>(
         );
         tokio::spawn(collector.run_forever());
     }
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listen on {}", args.listen))?;
-    let addr = listener.local_addr()?;
 
+    let public = if admin_listener.is_some() {
+        http::Routes::Public
+    } else {
+        http::Routes::All
+    };
     let threads = runtimes::count(args.worker_threads);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let (first_sender, own_lane) = runtimes::lane(addr);
@@ -185,6 +210,7 @@ async fn serve<S: ThreadStore>(
             Ok(runtimes::serve(
                 lane,
                 api(Arc::new(sibling), auth, &args),
+                public,
                 stopped,
             ))
         });
@@ -200,6 +226,25 @@ async fn serve<S: ThreadStore>(
         "baton sidecar {} listening on http://{addr}",
         args.replica_id
     );
+    if let Some(admin_listener) = admin_listener {
+        let admin_addr = admin_listener.local_addr()?;
+        println!(
+            "baton sidecar {} admin API on http://{admin_addr}",
+            args.replica_id
+        );
+        let mut stop = stopped.clone();
+        tokio::spawn(baton_serve::serve(
+            admin_listener,
+            http::router(
+                api(engine.clone(), auth.clone(), &args),
+                http::Routes::Admin,
+            ),
+            baton_serve::Limits::DEFAULT,
+            async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            },
+        ));
+    }
     tracing::info!(replica = %args.replica_id, holder = %engine.holder, %addr, threads, "sidecar started");
     let drained = engine.clone();
     tokio::spawn(async move {
@@ -209,7 +254,7 @@ async fn serve<S: ThreadStore>(
         drained.drained().await;
         stop.send_replace(true);
     });
-    runtimes::serve(own_lane, api(engine.clone(), auth, &args), stopped).await?;
+    runtimes::serve(own_lane, api(engine.clone(), auth, &args), public, stopped).await?;
     for other in others {
         other.await?;
     }

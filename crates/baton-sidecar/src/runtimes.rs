@@ -117,11 +117,12 @@ pub async fn hand_out(
 pub async fn serve<S: TurnStore + SessionCatalog + 'static>(
     lane: Lane,
     api: Arc<Api<S>>,
+    routes: http::Routes,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     baton_serve::serve(
         lane,
-        http::router(api),
+        http::router(api, routes),
         baton_serve::Limits::DEFAULT,
         async move {
             // An error means the sender is gone, which also means stop.

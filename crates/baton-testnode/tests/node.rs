@@ -914,7 +914,9 @@ fn a_whole_agent_deployment_serves_turns_across_replicas() {
             admin_token: "admin-token-for-tests-0123".into(),
         };
         let replicas = agd.names.replicas();
-        for object in baton_resources::build(&agd, &creds).into_objects() {
+        for object in baton_resources::build(&agd, &creds, &baton_resources::Platform::default())
+            .into_objects()
+        {
             use baton_resources::ChildObject as O;
             let ns = Some(ns.as_str());
             match &object {
@@ -928,6 +930,10 @@ fn a_whole_agent_deployment_serves_turns_across_replicas() {
                         .await,
                 ),
                 O::Service(o) => drop(fx.apply::<Service>(ns, unowned(o)).await),
+                O::NetworkPolicy(o) => drop(
+                    fx.apply::<k8s_openapi::api::networking::v1::NetworkPolicy>(ns, unowned(o))
+                        .await,
+                ),
                 O::StatefulSet(o) => drop(fx.apply::<StatefulSet>(ns, unowned(o)).await),
                 O::Job(o) => drop(fx.apply::<Job>(ns, unowned(o)).await),
                 O::PodDisruptionBudget(o) => drop(

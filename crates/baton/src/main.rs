@@ -57,6 +57,14 @@ enum Command {
         /// Fresh random ones when omitted.
         #[arg(long, env = "BATON_CREDENTIALS_FILE", hide_env_values = true)]
         credentials: Option<PathBuf>,
+        /// Render the NetworkPolicies, as the operator does by default
+        /// (its `--network-policies`).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        network_policies: bool,
+        /// The operator's namespace: its pods and the dashboard's, labelled
+        /// `baton.dev/admin-client: "true"`, reach the admin API.
+        #[arg(long, default_value = "baton-system")]
+        operator_namespace: String,
     },
     /// Run the reference agent (deterministic, offline) on the agent contract.
     Agent {
@@ -140,7 +148,19 @@ fn main() -> ExitCode {
         Command::Validate { file } => manifest::load(&file).map(|(_, valid)| {
             println!("{}: valid AgentDeployment {:?}", file.display(), valid.name);
         }),
-        Command::Render { file, credentials } => render(&file, credentials.as_deref()),
+        Command::Render {
+            file,
+            credentials,
+            network_policies,
+            operator_namespace,
+        } => {
+            let platform = baton_resources::Platform {
+                network_policies: network_policies.then_some(baton_resources::AdminClients {
+                    namespace: operator_namespace,
+                }),
+            };
+            render(&file, credentials.as_deref(), &platform)
+        }
         Command::Agent {
             listen,
             delay_ms,
@@ -218,7 +238,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyhow::Result<()> {
+fn render(
+    file: &std::path::Path,
+    credentials: Option<&std::path::Path>,
+    platform: &baton_resources::Platform,
+) -> anyhow::Result<()> {
     let (_, valid) = manifest::load(file)?;
     let creds = match credentials {
         Some(path) => {
@@ -228,7 +252,12 @@ fn render(file: &std::path::Path, credentials: Option<&std::path::Path>) -> anyh
         }
         None => baton_resources::Credentials::generate(),
     };
-    write_stdout(&manifest::render(&valid, &creds, credentials.is_none())?)
+    write_stdout(&manifest::render(
+        &valid,
+        &creds,
+        platform,
+        credentials.is_none(),
+    )?)
 }
 
 fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {

@@ -50,6 +50,7 @@ pub fn crd_yaml() -> anyhow::Result<String> {
 pub fn render(
     valid: &ValidAgentDeployment,
     creds: &Credentials,
+    platform: &baton_resources::Platform,
     generated: bool,
 ) -> anyhow::Result<String> {
     let mut out = format!(
@@ -64,7 +65,7 @@ pub fn render(
     if generated {
         out.push_str("# Store credentials were generated for this render; pass --credentials to reuse existing ones.\n");
     }
-    for object in build(valid, creds).into_objects() {
+    for object in build(valid, creds, platform).into_objects() {
         out.push_str(&crate::yaml::document(&object)?);
     }
     Ok(out)

@@ -137,26 +137,50 @@ async fn close_when_draining<S: TurnStore + SessionCatalog + 'static>(
     response
 }
 
-/// Every route of the sidecar.
-pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>) -> Router {
+/// Which routes a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    /// Turns, session views, probes, metrics and the admin API: one
+    /// listener for everything (`baton dev`, a sidecar without
+    /// `--admin-listen`).
+    All,
+    /// Everything but the admin API, which answers on a listener of its own
+    /// (`--admin-listen`), so a NetworkPolicy can let only the operator and
+    /// the dashboard reach it.
+    Public,
+    /// The admin API alone (drain, status, handover, takeover).
+    Admin,
+}
+
+/// The routes `routes` names, with the refusals, limits and draining
+/// behaviour every listener shares.
+pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>, routes: Routes) -> Router {
     let limit = api.max_body_bytes;
-    Router::new()
-        .route("/v1/sessions/{session}/turns", post(post_turn::<S>))
-        .route("/v1/sessions/{session}", get(get_session::<S>))
-        .route("/v1/sessions/{session}/files", get(list_files::<S>))
-        .route("/v1/sessions/{session}/files/{*name}", get(get_file::<S>))
-        .route("/api/chat", post(post_chat::<S>))
-        .route(paths::DRAIN, post(post_drain::<S>))
-        .route(paths::DRAINED, get(drained::<S>))
-        .route(paths::STATUS, get(get_status::<S>))
-        .route(paths::HANDOVER, post(post_handover::<S>))
-        .route(
-            "/v1/admin/tenants/{tenant}/sessions/{session}/takeover",
-            post(post_takeover::<S>),
-        )
+    let mut router = Router::new();
+    if routes != Routes::Admin {
+        router = router
+            .route("/v1/sessions/{session}/turns", post(post_turn::<S>))
+            .route("/v1/sessions/{session}", get(get_session::<S>))
+            .route("/v1/sessions/{session}/files", get(list_files::<S>))
+            .route("/v1/sessions/{session}/files/{*name}", get(get_file::<S>))
+            .route("/api/chat", post(post_chat::<S>))
+            .route(paths::DRAINED, get(drained::<S>))
+            .route("/metrics", get(metrics::<S>));
+    }
+    if routes != Routes::Public {
+        router = router
+            .route(paths::DRAIN, post(post_drain::<S>))
+            .route(paths::STATUS, get(get_status::<S>))
+            .route(paths::HANDOVER, post(post_handover::<S>))
+            .route(
+                "/v1/admin/tenants/{tenant}/sessions/{session}/takeover",
+                post(post_takeover::<S>),
+            );
+    }
+    router
+        // Probes answer on every listener: the kubelet checks each port.
         .route(paths::HEALTHZ, get(|| async { "ok\n" }))
         .route(paths::READYZ, get(readyz::<S>))
-        .route("/metrics", get(metrics::<S>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(json_refusals))
