@@ -163,10 +163,27 @@ fn rendered_objects_per_example() {
             "ConfigMap",
             "Service",
             "Service",
+            "NetworkPolicy",
             "StatefulSet",
             "PodDisruptionBudget"
         ]
     );
+    // The managed stores get a policy of their own; none at all on request.
+    assert_eq!(
+        managed.iter().filter(|k| *k == "NetworkPolicy").count(),
+        2,
+        "{managed:?}"
+    );
+    let out = baton(&[
+        "render",
+        "-f",
+        "manifests/examples/minimal.yaml",
+        "--credentials",
+        CREDENTIALS,
+        "--network-policies=false",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("kind: NetworkPolicy"));
 }
 
 #[test]

@@ -129,3 +129,130 @@ async fn the_dashboard_shows_agent_deployments_and_records_actions_as_events() {
     drop(stdout);
     let _ = dashboard.wait();
 }
+
+/// With `--kubernetes` and no `--sidecar-networks`, the dashboard sends its
+/// admin token only to the admin address (pod IP, port 7071) of one of its
+/// deployment's pods, as the EndpointSlices of the deployment's headless
+/// Service list them: a heartbeat (store data anyone with store access can
+/// write) pointing elsewhere gets no call. No node runs here: the test
+/// writes the EndpointSlice the endpoint controller would, for a pod IP no
+/// sidecar answers at (so a call made there "did not answer", or is refused
+/// by whatever the machine's network puts there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_calls_only_the_admin_ports_of_its_deployments_pods() {
+    use baton_session::{ReplicaId, TurnStore as _};
+    let cp = control_plane();
+    let client = cp.admin_client().await;
+    let ns = namespace(&client, "vouch").await;
+    apply_yaml(cp, &ns, &example("minimal.yaml"));
+    apply_yaml(
+        cp,
+        &ns,
+        r#"
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: support-bot-headless-test
+  labels: {kubernetes.io/service-name: support-bot-headless}
+addressType: IPv4
+endpoints:
+  - addresses: ["10.250.0.77"]
+ports:
+  - {name: http, port: 7070, protocol: TCP}
+  - {name: admin, port: 7071, protocol: TCP}
+"#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    let store = baton_session::sqlite::SqliteStore::open(&db).await.unwrap();
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    trap.set_nonblocking(true).unwrap();
+    let trap_url = format!("http://{}", trap.local_addr().unwrap());
+    for (replica, url) in [
+        ("support-bot-0", "http://10.250.0.77:7071".to_owned()),
+        ("support-bot-1", trap_url.clone()),
+        ("support-bot-2", "http://10.250.0.77:7070".to_owned()),
+    ] {
+        store
+            .heartbeat_with(
+                &ReplicaId::new(format!("{replica}-holder")).unwrap(),
+                baton_session::ReplicaInfo {
+                    replica: replica.into(),
+                    url: Some(url),
+                    ..Default::default()
+                },
+                std::time::Duration::from_secs(600),
+            )
+            .await
+            .unwrap();
+    }
+    let mut dashboard = KillOnDrop(
+        Command::new(BATON)
+            .args(["dashboard", "--listen", "127.0.0.1:0", "--kubernetes"])
+            .arg("--sqlite-path")
+            .arg(&db)
+            .arg("--objects-dir")
+            .arg(dir.path().join("objects"))
+            .arg(format!("--store-namespace={ns}.support-bot"))
+            .env("KUBECONFIG", cp.kubeconfig())
+            .env("BATON_DASHBOARD_ADMIN_TOKEN", "admin-token-0123456789")
+            .env_remove("BATON_DASHBOARD_SIDECAR_NETWORKS")
+            .env_remove("BATON_REDIS_URL")
+            .env_remove("BATON_DATABASE_URL")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = BufReader::new(dashboard.0.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let base = first
+        .trim()
+        .strip_prefix("baton dashboard listening on ")
+        .and_then(|rest| rest.strip_suffix("/dashboard"))
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    // The replicas page asks every live replica's sidecar for its status;
+    // once the watch has the EndpointSlice, support-bot-0 is called.
+    let page = poll_async_every(POLL, CONVERGE, "support-bot-0 called", || async {
+        let page = reqwest::get(format!("{base}/dashboard/replicas"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        // Nothing listens there: no answer, or a refusal from whatever
+        // the machine's network puts at that address.
+        let called =
+            page.contains("support-bot-0 did not answer") || page.contains("support-bot-0 refused");
+        called.then_some(page)
+    })
+    .await;
+    assert!(!page.contains("support-bot-0 advertises"), "{page}");
+    assert!(
+        page.contains(&format!("support-bot-1 advertises {trap_url}")),
+        "{page}"
+    );
+    assert!(
+        page.contains("support-bot-2 advertises http://10.250.0.77:7070"),
+        "the pod's address on another port is not its admin API: {page}"
+    );
+    assert!(
+        page.contains("not the admin port of one of its deployment"),
+        "{page}"
+    );
+    match trap.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the dashboard connected to the advertised address: {other:?}"),
+    }
+}
+
+/// Kills the child process when dropped, a failed assertion included.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -3,7 +3,9 @@
 //! `AgentDeployment` it may list, with its replicas, revisions, rollout and
 //! conditions; and a Kubernetes event on this deployment's
 //! `AgentDeployment` for every action (its store namespace,
-//! `<namespace>.<name>`, names it).
+//! `<namespace>.<name>`, names it); and the addresses of that
+//! deployment's sidecar admin APIs, the only ones the dashboard calls with
+//! its admin token (the EndpointSlices of its headless Service, watched).
 
 use baton_api::AgentDeployment;
 use kube::api::{Api, ListParams};
@@ -61,6 +63,43 @@ impl Cluster {
         Ok(list.items.iter().map(row).collect())
     }
 
+    /// The admin addresses (pod IP, admin port) of this deployment's
+    /// sidecars, ready or not (the headless Service publishes draining pods
+    /// too), kept current by a watch of the Service's EndpointSlices; `None`
+    /// when the store namespace names no deployment.
+    pub fn admin_endpoints(
+        &self,
+    ) -> Option<std::sync::Arc<dyn Fn() -> Vec<std::net::SocketAddr> + Send + Sync>> {
+        use futures::StreamExt as _;
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+        let (namespace, name) = self.deployment.as_ref()?;
+        let service = baton_api::names::ChildNames::new(name.as_str()).headless_service();
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), namespace);
+        let config =
+            watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
+        let (store, writer) = reflector::store();
+        let watch = watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(watch);
+            while let Some(event) = watch.next().await {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "dashboard: watching the sidecars' EndpointSlices");
+                }
+            }
+        });
+        Some(std::sync::Arc::new(move || {
+            store
+                .state()
+                .iter()
+                .flat_map(|slice| admin_addresses(slice))
+                .collect()
+        }))
+    }
+
     /// Publishes `entry` as an event on this deployment's `AgentDeployment`
     /// (nothing when the store namespace names none). Failures are logged:
     /// the action happened either way, and the audit log has it.
@@ -106,6 +145,30 @@ impl Cluster {
             tracing::warn!(error = %e, "dashboard: publishing the audit event failed");
         }
     }
+}
+
+/// Every (address, admin port) of one EndpointSlice.
+fn admin_addresses(
+    slice: &k8s_openapi::api::discovery::v1::EndpointSlice,
+) -> Vec<std::net::SocketAddr> {
+    let ports: Vec<u16> = slice
+        .ports
+        .iter()
+        .flatten()
+        .filter(|p| p.name.as_deref() == Some("admin"))
+        .filter_map(|p| p.port.and_then(|n| u16::try_from(n).ok()))
+        .collect();
+    slice
+        .endpoints
+        .iter()
+        .flat_map(|e| e.addresses.iter())
+        .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+        .flat_map(|ip| {
+            ports
+                .iter()
+                .map(move |port| std::net::SocketAddr::new(ip, *port))
+        })
+        .collect()
 }
 
 fn row(agd: &AgentDeployment) -> DeploymentRow {

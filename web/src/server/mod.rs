@@ -438,8 +438,10 @@ pub struct DashboardArgs {
     /// addresses, separated by commas. The dashboard calls a sidecar (with
     /// the admin token) only at an advertised URL whose host is an address
     /// in one of them: a heartbeat is store data, and whoever can write
-    /// there could point it anywhere. Unset: no sidecar is called (no
-    /// in-flight turns, drain or takeover).
+    /// there could point it anywhere. Unset: with `--kubernetes`, only the
+    /// admin ports of the deployment's pods (its headless Service's
+    /// endpoints); without, no sidecar is called (no in-flight turns, drain
+    /// or takeover).
     #[arg(
         long,
         env = "BATON_DASHBOARD_SIDECAR_NETWORKS",
@@ -556,21 +558,33 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         None => Audit::in_memory(),
     };
     let open = auth.is_open();
+    let cluster = if args.kubernetes {
+        Some(
+            cluster::Cluster::connect(args.kubernetes_namespace.clone(), &args.store_namespace)
+                .await?,
+        )
+    } else {
+        None
+    };
+    // Given networks win; else, with the cluster, the deployment's pods.
+    let vouch = match cluster.as_ref().and_then(cluster::Cluster::admin_endpoints) {
+        Some(endpoints) if args.sidecar_networks.trim().is_empty() => {
+            tracing::info!(
+                "calling only the sidecars at the admin endpoints of the deployment's headless Service"
+            );
+            sidecars::Vouch::Endpoints(endpoints)
+        }
+        _ => sidecars::Vouch::networks(&args.sidecar_networks)?,
+    };
     let mut dashboard = Dashboard::new(
         catalog,
         workspaces,
-        Sidecars::new(
-            args.admin_token.clone(),
-            sidecars::Vouch::networks(&args.sidecar_networks)?,
-        ),
+        Sidecars::new(args.admin_token.clone(), vouch),
         auth,
         audit,
     );
-    if args.kubernetes {
-        dashboard = dashboard.with_cluster(
-            cluster::Cluster::connect(args.kubernetes_namespace.clone(), &args.store_namespace)
-                .await?,
-        );
+    if let Some(cluster) = cluster {
+        dashboard = dashboard.with_cluster(cluster);
     }
     let dashboard = Arc::new(dashboard);
     dashboard.start_sampling();

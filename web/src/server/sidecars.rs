@@ -6,7 +6,9 @@
 //! A heartbeat is data in the stores, and anyone who can write there can
 //! advertise any URL: the dashboard calls a sidecar (and sends its admin
 //! token) only at an address it can vouch for ([`Vouch`]): in `baton dev`
-//! its own replicas, elsewhere the networks it was told its sidecars are in.
+//! its own replicas; on Kubernetes the admin ports of its deployment's pods
+//! (the endpoints of its headless Service, from the API); or the networks
+//! it was told its sidecars are in.
 
 use std::time::Duration;
 
@@ -28,6 +30,27 @@ pub enum Vouch {
     /// URLs whose host is an IP address in one of these networks
     /// (`baton dashboard --sidecar-networks`); none: no sidecar is called.
     Networks(Vec<ipnet::IpNet>),
+    /// URLs whose address and port are one of these, as their source knows
+    /// them now (`baton dashboard --kubernetes`: the admin endpoints of the
+    /// deployment's headless Service).
+    Endpoints(std::sync::Arc<dyn Fn() -> Vec<std::net::SocketAddr> + Send + Sync>),
+}
+
+/// The IP address a URL names as its host (never a name: a name could
+/// resolve anywhere), and its port, when it is a plain `http(s)` URL with
+/// no user in it.
+fn address_of(url: &str) -> Option<(std::net::IpAddr, Option<u16>)> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    if !matches!(parsed.scheme(), "http" | "https") || !parsed.username().is_empty() {
+        return None;
+    }
+    let host = parsed
+        .host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .ok()?;
+    Some((host, parsed.port_or_known_default()))
 }
 
 impl Vouch {
@@ -52,6 +75,15 @@ impl Vouch {
         Ok(Self::Networks(networks))
     }
 
+    /// Which addresses it vouches for, in words for a refusal.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::Urls(_) => "not one of baton dev's replicas",
+            Self::Networks(_) => "not in baton dashboard --sidecar-networks",
+            Self::Endpoints(_) => "not the admin port of one of its deployment's pods",
+        }
+    }
+
     /// Whether the dashboard may call `url`.
     pub fn vouches(&self, url: &str) -> bool {
         match self {
@@ -62,21 +94,13 @@ impl Vouch {
                     .any(|known| known.trim_end_matches('/') == url)
             }
             Self::Networks(networks) => {
-                let Ok(parsed) = reqwest::Url::parse(url) else {
-                    return false;
-                };
-                // An address, never a name: a name could resolve anywhere.
-                let Some(host) = parsed
-                    .host_str()
-                    .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
-                    .and_then(|h| h.parse::<std::net::IpAddr>().ok())
-                else {
-                    return false;
-                };
-                matches!(parsed.scheme(), "http" | "https")
-                    && parsed.username().is_empty()
-                    && networks.iter().any(|n| n.contains(&host))
+                address_of(url).is_some_and(|(host, _)| networks.iter().any(|n| n.contains(&host)))
             }
+            Self::Endpoints(endpoints) => address_of(url).is_some_and(|(host, port)| {
+                endpoints()
+                    .iter()
+                    .any(|e| e.ip() == host && Some(e.port()) == port)
+            }),
         }
     }
 }
@@ -118,7 +142,8 @@ impl Sidecars {
         if !self.vouch.vouches(base) {
             tracing::warn!(replica = %name, url = %base, "not calling a sidecar at an address the dashboard cannot vouch for");
             return Err(format!(
-                "{name} advertises {base}, an address this dashboard cannot vouch for (baton dashboard --sidecar-networks); not called"
+                "{name} advertises {base}, an address this dashboard cannot vouch for ({}); not called",
+                self.vouch.describe()
             ));
         }
         let mut request = self
@@ -238,5 +263,22 @@ mod tests {
         let urls = Vouch::Urls(std::sync::Arc::new(|| vec!["http://127.0.0.1:4000".into()]));
         assert!(urls.vouches("http://127.0.0.1:4000/"));
         assert!(!urls.vouches("http://127.0.0.1:18999"));
+        let endpoints = Vouch::Endpoints(std::sync::Arc::new(|| {
+            vec![
+                "10.244.3.7:7071".parse().unwrap(),
+                "[fd00::7]:7071".parse().unwrap(),
+            ]
+        }));
+        assert!(endpoints.vouches("http://10.244.3.7:7071"));
+        assert!(endpoints.vouches("http://[fd00::7]:7071/"));
+        for other in [
+            "http://10.244.3.7:7070",
+            "http://10.244.3.8:7071",
+            "http://10.244.3.7",
+            "http://user@10.244.3.7:7071",
+            "ftp://10.244.3.7:7071",
+        ] {
+            assert!(!endpoints.vouches(other), "{other}");
+        }
     }
 }
