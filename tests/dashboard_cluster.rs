@@ -43,28 +43,7 @@ async fn the_dashboard_shows_agent_deployments_and_records_actions_as_events() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("baton.db");
     baton_session::sqlite::SqliteStore::open(&db).await.unwrap();
-    let mut dashboard = Command::new(BATON)
-        .args(["dashboard", "--listen", "127.0.0.1:0", "--kubernetes"])
-        .arg("--sqlite-path")
-        .arg(&db)
-        .arg("--objects-dir")
-        .arg(dir.path().join("objects"))
-        .arg(format!("--store-namespace={ns}.support-bot"))
-        .env("KUBECONFIG", cp.kubeconfig())
-        .env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_DATABASE_URL")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(dashboard.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    let base = first
-        .trim()
-        .strip_prefix("baton dashboard listening on ")
-        .and_then(|rest| rest.strip_suffix("/dashboard"))
-        .unwrap_or_else(|| panic!("{first}"))
-        .to_owned();
+    let (_dashboard, base) = start_dashboard(cp, &ns, dir.path(), &[]);
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -125,9 +104,6 @@ async fn the_dashboard_shows_agent_deployments_and_records_actions_as_events() {
         "{note}"
     );
     assert!(note.contains("no live replica"), "{note}");
-    let _ = dashboard.kill();
-    drop(stdout);
-    let _ = dashboard.wait();
 }
 
 /// With `--kubernetes` and no `--sidecar-networks`, the dashboard sends its
@@ -186,32 +162,12 @@ ports:
             .await
             .unwrap();
     }
-    let mut dashboard = KillOnDrop(
-        Command::new(BATON)
-            .args(["dashboard", "--listen", "127.0.0.1:0", "--kubernetes"])
-            .arg("--sqlite-path")
-            .arg(&db)
-            .arg("--objects-dir")
-            .arg(dir.path().join("objects"))
-            .arg(format!("--store-namespace={ns}.support-bot"))
-            .env("KUBECONFIG", cp.kubeconfig())
-            .env("BATON_DASHBOARD_ADMIN_TOKEN", "admin-token-0123456789")
-            .env_remove("BATON_DASHBOARD_SIDECAR_NETWORKS")
-            .env_remove("BATON_REDIS_URL")
-            .env_remove("BATON_DATABASE_URL")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let (_dashboard, base) = start_dashboard(
+        cp,
+        &ns,
+        dir.path(),
+        &[("BATON_DASHBOARD_ADMIN_TOKEN", "admin-token-0123456789")],
     );
-    let mut stdout = BufReader::new(dashboard.0.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    let base = first
-        .trim()
-        .strip_prefix("baton dashboard listening on ")
-        .and_then(|rest| rest.strip_suffix("/dashboard"))
-        .unwrap_or_else(|| panic!("{first}"))
-        .to_owned();
     // The replicas page asks every live replica's sidecar for its status;
     // once the watch has the EndpointSlice, support-bot-0 is called.
     let page = poll_async_every(POLL, CONVERGE, "support-bot-0 called", || async {
@@ -247,12 +203,56 @@ ports:
     }
 }
 
+/// `baton dashboard --kubernetes` on the embedded store in `dir` (its
+/// `baton.db` and `objects`), for `ns`'s support-bot, with `env` added and
+/// no sidecar networks; the process and its base URL.
+fn start_dashboard(
+    cp: &baton_testkit::kube::ControlPlane,
+    ns: &str,
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (KillOnDrop, String) {
+    let mut child = Command::new(BATON)
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--kubernetes"])
+        .arg("--sqlite-path")
+        .arg(dir.join("baton.db"))
+        .arg("--objects-dir")
+        .arg(dir.join("objects"))
+        .arg(format!("--store-namespace={ns}.support-bot"))
+        .env("KUBECONFIG", cp.kubeconfig())
+        .envs(env.iter().copied())
+        .env_remove("BATON_DASHBOARD_SIDECAR_NETWORKS")
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let base = first
+        .trim()
+        .strip_prefix("baton dashboard listening on ")
+        .and_then(|rest| rest.strip_suffix("/dashboard"))
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    let dashboard = KillOnDrop {
+        child,
+        _stdout: stdout,
+    };
+    (dashboard, base)
+}
+
 /// Kills the child process when dropped, a failed assertion included.
-struct KillOnDrop(std::process::Child);
+struct KillOnDrop {
+    child: std::process::Child,
+    /// Open while the process runs, so its output never meets a closed pipe.
+    _stdout: BufReader<std::process::ChildStdout>,
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -20,24 +20,7 @@ const VIEWER_TOKEN: &str = "viewer-token-0123456789";
 /// written: an HTTP client would resolve `..` first) to `addr` and
 /// returns the status and body.
 fn raw(addr: &str, request: &str) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    raw_bytes(addr, request.as_bytes())
 }
 
 fn host_of(url: &str) -> &str {

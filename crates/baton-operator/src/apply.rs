@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use baton_api::constants::FIELD_MANAGER;
-use baton_resources::ChildObject;
+use baton_resources::{ChildKind, ChildObject};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -77,17 +77,22 @@ pub async fn delete(client: &Client, namespace: &str, key: &ChildKey) -> kube::R
     let params = DeleteParams::background();
     let name = key.name.as_str();
     let result = match key.kind {
-        "ServiceAccount" => delete_typed::<ServiceAccount>(client, namespace, name, &params).await,
-        "Secret" => delete_typed::<Secret>(client, namespace, name, &params).await,
-        "ConfigMap" => delete_typed::<ConfigMap>(client, namespace, name, &params).await,
-        "Service" => delete_typed::<Service>(client, namespace, name, &params).await,
-        "NetworkPolicy" => delete_typed::<NetworkPolicy>(client, namespace, name, &params).await,
-        "StatefulSet" => delete_typed::<StatefulSet>(client, namespace, name, &params).await,
-        "Job" => delete_typed::<Job>(client, namespace, name, &params).await,
-        "PodDisruptionBudget" => {
+        ChildKind::ServiceAccount => {
+            delete_typed::<ServiceAccount>(client, namespace, name, &params).await
+        }
+        ChildKind::Secret => delete_typed::<Secret>(client, namespace, name, &params).await,
+        ChildKind::ConfigMap => delete_typed::<ConfigMap>(client, namespace, name, &params).await,
+        ChildKind::Service => delete_typed::<Service>(client, namespace, name, &params).await,
+        ChildKind::NetworkPolicy => {
+            delete_typed::<NetworkPolicy>(client, namespace, name, &params).await
+        }
+        ChildKind::StatefulSet => {
+            delete_typed::<StatefulSet>(client, namespace, name, &params).await
+        }
+        ChildKind::Job => delete_typed::<Job>(client, namespace, name, &params).await,
+        ChildKind::PodDisruptionBudget => {
             delete_typed::<PodDisruptionBudget>(client, namespace, name, &params).await
         }
-        other => unreachable!("no child kind {other}"),
     };
     match result {
         // Already gone: what we wanted.

@@ -6,6 +6,7 @@
 use std::fmt::Debug;
 
 use baton_api::constants::labels;
+use baton_resources::ChildKind;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
@@ -238,51 +239,50 @@ impl Caches {
     }
 
     /// Metadata of the cached child of `kind`.
-    pub fn meta(&self, kind: &str, namespace: &str, name: &str) -> Option<ObjectMeta> {
+    pub fn meta(&self, kind: ChildKind, namespace: &str, name: &str) -> Option<ObjectMeta> {
         match kind {
-            "ServiceAccount" => self
+            ChildKind::ServiceAccount => self
                 .service_accounts
                 .get(&key(namespace, name))
                 .map(|o| o.metadata.clone()),
-            "Secret" => self
+            ChildKind::Secret => self
                 .secrets
                 .get(&key(namespace, name))
                 .map(|o| o.metadata.clone()),
-            "ConfigMap" => self
+            ChildKind::ConfigMap => self
                 .config_maps
                 .get(&key(namespace, name))
                 .map(|o| o.metadata.clone()),
-            "Service" => self
+            ChildKind::Service => self
                 .services
                 .get(&key(namespace, name))
                 .map(|o| o.metadata.clone()),
-            "StatefulSet" => self
-                .stateful_sets
-                .get(&key(namespace, name))
-                .map(|o| o.metadata.clone()),
-            "Job" => self
-                .jobs
-                .get(&key(namespace, name))
-                .map(|o| o.metadata.clone()),
-            "NetworkPolicy" => self
+            ChildKind::NetworkPolicy => self
                 .network_policies
                 .get(&key(namespace, name))
                 .map(|o| o.metadata.clone()),
-            "PodDisruptionBudget" => self
+            ChildKind::StatefulSet => self
+                .stateful_sets
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            ChildKind::Job => self
+                .jobs
+                .get(&key(namespace, name))
+                .map(|o| o.metadata.clone()),
+            ChildKind::PodDisruptionBudget => self
                 .pod_disruption_budgets
                 .get(&key(namespace, name))
                 .map(|o| o.metadata.clone()),
-            _ => None,
         }
     }
 
     /// Every cached child in `namespace` controlled by `owner_uid`, with
     /// its kind. Only those are copied: a reconcile holds its own children,
     /// not every object of a namespace shared by many resources.
-    pub fn children_of(&self, namespace: &str, owner_uid: &str) -> Vec<(&'static str, ObjectMeta)> {
+    pub fn children_of(&self, namespace: &str, owner_uid: &str) -> Vec<(ChildKind, ObjectMeta)> {
         fn collect<K: Resource<DynamicType = ()> + Clone>(
-            out: &mut Vec<(&'static str, ObjectMeta)>,
-            kind: &'static str,
+            out: &mut Vec<(ChildKind, ObjectMeta)>,
+            kind: ChildKind,
             store: &Store<K>,
             namespace: &str,
             owner_uid: &str,
@@ -300,44 +300,33 @@ impl Caches {
             );
         }
         let mut out = Vec::new();
-        collect(
-            &mut out,
-            "ServiceAccount",
-            &self.service_accounts,
-            namespace,
-            owner_uid,
-        );
-        collect(&mut out, "Secret", &self.secrets, namespace, owner_uid);
-        collect(
-            &mut out,
-            "ConfigMap",
-            &self.config_maps,
-            namespace,
-            owner_uid,
-        );
-        collect(&mut out, "Service", &self.services, namespace, owner_uid);
-        collect(
-            &mut out,
-            "StatefulSet",
-            &self.stateful_sets,
-            namespace,
-            owner_uid,
-        );
-        collect(&mut out, "Job", &self.jobs, namespace, owner_uid);
-        collect(
-            &mut out,
-            "NetworkPolicy",
-            &self.network_policies,
-            namespace,
-            owner_uid,
-        );
-        collect(
-            &mut out,
-            "PodDisruptionBudget",
-            &self.pod_disruption_budgets,
-            namespace,
-            owner_uid,
-        );
+        for kind in ChildKind::ALL {
+            // Exhaustive: a new kind must say which cache holds it.
+            match kind {
+                ChildKind::ServiceAccount => {
+                    collect(&mut out, kind, &self.service_accounts, namespace, owner_uid)
+                }
+                ChildKind::Secret => collect(&mut out, kind, &self.secrets, namespace, owner_uid),
+                ChildKind::ConfigMap => {
+                    collect(&mut out, kind, &self.config_maps, namespace, owner_uid)
+                }
+                ChildKind::Service => collect(&mut out, kind, &self.services, namespace, owner_uid),
+                ChildKind::NetworkPolicy => {
+                    collect(&mut out, kind, &self.network_policies, namespace, owner_uid)
+                }
+                ChildKind::StatefulSet => {
+                    collect(&mut out, kind, &self.stateful_sets, namespace, owner_uid)
+                }
+                ChildKind::Job => collect(&mut out, kind, &self.jobs, namespace, owner_uid),
+                ChildKind::PodDisruptionBudget => collect(
+                    &mut out,
+                    kind,
+                    &self.pod_disruption_budgets,
+                    namespace,
+                    owner_uid,
+                ),
+            }
+        }
         out
     }
 

@@ -9,14 +9,14 @@
 use std::collections::{BTreeSet, HashMap};
 
 use baton_api::constants::{FIELD_MANAGER, annotations};
-use baton_resources::ChildObject;
+use baton_resources::{ChildKind, ChildObject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
 /// Identifies a child within its namespace.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ChildKey {
-    pub kind: &'static str,
+    pub kind: ChildKind,
     pub name: String,
 }
 
@@ -133,7 +133,7 @@ pub fn controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
 /// desired state no longer has, in reverse apply order (a StatefulSet goes
 /// before the Secret its pods read).
 pub fn to_prune<'a>(
-    live: impl IntoIterator<Item = (&'static str, &'a ObjectMeta)>,
+    live: impl IntoIterator<Item = (ChildKind, &'a ObjectMeta)>,
     owner_uid: &str,
     desired: &BTreeSet<ChildKey>,
 ) -> Vec<ChildKey> {
@@ -146,25 +146,9 @@ pub fn to_prune<'a>(
         })
         .filter(|key| !desired.contains(key))
         .collect();
-    prune.sort_by_key(|key| std::cmp::Reverse(apply_rank(key.kind)));
+    // The reverse of the apply order: what refers to others goes first.
+    prune.sort_by_key(|key| std::cmp::Reverse(key.kind));
     prune
-}
-
-/// Position of a kind in the apply order of `DesiredState::into_objects`.
-fn apply_rank(kind: &str) -> usize {
-    [
-        "ServiceAccount",
-        "Secret",
-        "ConfigMap",
-        "Service",
-        "NetworkPolicy",
-        "StatefulSet",
-        "Job",
-        "PodDisruptionBudget",
-    ]
-    .iter()
-    .position(|k| *k == kind)
-    .unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
@@ -292,15 +276,15 @@ mod tests {
             owned("bot-redis", "u1"),
         );
         let desired = BTreeSet::from([ChildKey {
-            kind: "StatefulSet",
+            kind: ChildKind::StatefulSet,
             name: "bot".into(),
         }]);
         let prune = to_prune(
             [
-                ("Secret", &a),
-                ("StatefulSet", &b),
-                ("Secret", &c),
-                ("StatefulSet", &d),
+                (ChildKind::Secret, &a),
+                (ChildKind::StatefulSet, &b),
+                (ChildKind::Secret, &c),
+                (ChildKind::StatefulSet, &d),
             ],
             "u1",
             &desired,

@@ -331,10 +331,9 @@ async fn reconcile_steps(
         }
     }
 
-    let replicas_applied = updated
-        .iter()
-        .chain(&created)
-        .any(|k| k.kind == "StatefulSet" && k.name == valid.names.replicas());
+    let replicas_applied = updated.iter().chain(&created).any(|k| {
+        k.kind == baton_resources::ChildKind::StatefulSet && k.name == valid.names.replicas()
+    });
     // The plan read the StatefulSet before this apply; a changed one gets
     // a new revision first, and the next reconcile (its watch event) goes on.
     let mut rollout_status = rollout.plan.status.clone();

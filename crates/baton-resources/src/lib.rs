@@ -50,6 +50,57 @@ pub struct DesiredState {
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
 }
 
+/// The kinds of child objects, in the order they are applied: what others
+/// refer to (ServiceAccount, Secrets, ConfigMaps, Services) before what
+/// refers to them (StatefulSets, Jobs), the NetworkPolicies before the pods
+/// they guard, the disruption budget last. Pruning goes in reverse. The
+/// derived order is that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ChildKind {
+    ServiceAccount,
+    Secret,
+    ConfigMap,
+    Service,
+    NetworkPolicy,
+    StatefulSet,
+    Job,
+    PodDisruptionBudget,
+}
+
+impl ChildKind {
+    /// Every kind, in apply order.
+    pub const ALL: [Self; 8] = [
+        Self::ServiceAccount,
+        Self::Secret,
+        Self::ConfigMap,
+        Self::Service,
+        Self::NetworkPolicy,
+        Self::StatefulSet,
+        Self::Job,
+        Self::PodDisruptionBudget,
+    ];
+
+    /// The kind as in an object's `kind` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ServiceAccount => "ServiceAccount",
+            Self::Secret => "Secret",
+            Self::ConfigMap => "ConfigMap",
+            Self::Service => "Service",
+            Self::NetworkPolicy => "NetworkPolicy",
+            Self::StatefulSet => "StatefulSet",
+            Self::Job => "Job",
+            Self::PodDisruptionBudget => "PodDisruptionBudget",
+        }
+    }
+}
+
+impl std::fmt::Display for ChildKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One child object, any kind. Serialises as the object itself.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
@@ -65,17 +116,17 @@ pub enum ChildObject {
 }
 
 impl ChildObject {
-    /// The object's kind, as in its `kind` field.
-    pub fn kind(&self) -> &'static str {
+    /// The object's kind.
+    pub fn kind(&self) -> ChildKind {
         match self {
-            Self::ServiceAccount(_) => "ServiceAccount",
-            Self::Secret(_) => "Secret",
-            Self::ConfigMap(_) => "ConfigMap",
-            Self::Service(_) => "Service",
-            Self::NetworkPolicy(_) => "NetworkPolicy",
-            Self::StatefulSet(_) => "StatefulSet",
-            Self::Job(_) => "Job",
-            Self::PodDisruptionBudget(_) => "PodDisruptionBudget",
+            Self::ServiceAccount(_) => ChildKind::ServiceAccount,
+            Self::Secret(_) => ChildKind::Secret,
+            Self::ConfigMap(_) => ChildKind::ConfigMap,
+            Self::Service(_) => ChildKind::Service,
+            Self::NetworkPolicy(_) => ChildKind::NetworkPolicy,
+            Self::StatefulSet(_) => ChildKind::StatefulSet,
+            Self::Job(_) => ChildKind::Job,
+            Self::PodDisruptionBudget(_) => ChildKind::PodDisruptionBudget,
         }
     }
 
@@ -112,10 +163,7 @@ impl ChildObject {
 }
 
 impl DesiredState {
-    /// The objects in the order they are applied: what others refer to
-    /// (ServiceAccount, Secrets, ConfigMaps, Services) before what refers to
-    /// them (StatefulSets, Jobs), the NetworkPolicies before the pods they
-    /// guard, the disruption budget last.
+    /// The objects in the order they are applied ([`ChildKind`]'s order).
     pub fn into_objects(self) -> Vec<ChildObject> {
         // No `..`: a new kind added to DesiredState must be placed here.
         let DesiredState {

@@ -88,7 +88,7 @@ fn metas(state: DesiredState) -> Vec<(String, ObjectMeta)> {
     state
         .into_objects()
         .into_iter()
-        .map(|o| (o.kind().to_owned(), o.metadata().clone()))
+        .map(|o| (o.kind().to_string(), o.metadata().clone()))
         .collect()
 }
 
@@ -747,6 +747,26 @@ fn external_stores_get_no_store_policy_and_the_policies_can_be_turned_off() {
     assert!(
         !off.into_objects()
             .iter()
-            .any(|o| o.kind() == "NetworkPolicy")
+            .any(|o| o.kind() == baton_resources::ChildKind::NetworkPolicy)
     );
+}
+
+#[test]
+fn objects_come_out_in_the_apply_order_of_their_kinds() {
+    for fixture in [MINIMAL, ALL_EXTERNAL] {
+        let kinds: Vec<_> = render(&valid(fixture))
+            .into_objects()
+            .iter()
+            .map(baton_resources::ChildObject::kind)
+            .collect();
+        assert!(kinds.is_sorted(), "{kinds:?}");
+        assert_eq!(
+            kinds.first(),
+            Some(&baton_resources::ChildKind::ServiceAccount)
+        );
+        assert_eq!(
+            kinds.last(),
+            Some(&baton_resources::ChildKind::PodDisruptionBudget)
+        );
+    }
 }

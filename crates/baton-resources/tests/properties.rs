@@ -59,7 +59,12 @@ fn manifest() -> impl Strategy<Value = String> {
 fn child_names(objects: &[ChildObject]) -> Vec<(bool, String)> {
     objects
         .iter()
-        .map(|o| (o.kind() == "StatefulSet", o.name().to_owned()))
+        .map(|o| {
+            (
+                o.kind() == baton_resources::ChildKind::StatefulSet,
+                o.name().to_owned(),
+            )
+        })
         .collect()
 }
 
