@@ -12,6 +12,7 @@ fn markdown_files() -> Vec<PathBuf> {
     let mut dirs = vec![
         PathBuf::from(REPO).join("docs"),
         PathBuf::from(REPO).join("charts"),
+        PathBuf::from(REPO).join("web"),
     ];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
