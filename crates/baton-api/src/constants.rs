@@ -59,6 +59,9 @@ pub mod ports {
     /// Kubernetes: a port of its own, which the deployment's NetworkPolicy
     /// opens to the operator and the dashboard only.
     pub const SIDECAR_ADMIN: u16 = 7071;
+    /// The admin port's name on the container and the headless Service,
+    /// by which the dashboard finds it in the Service's EndpointSlices.
+    pub const SIDECAR_ADMIN_NAME: &str = "admin";
     /// Port of the client Service in front of the replicas.
     pub const CLIENT_SERVICE: u16 = 80;
     pub const REDIS: u16 = 6379;

@@ -468,21 +468,24 @@ async fn rollout(dev: &Dev, actor: &str) -> Result<Vec<RolloutStep>, String> {
     for slot in &dev.door.slots {
         let started = Instant::now();
         println!("baton dev rollout: draining {}", slot.id);
-        // A replica that is down needs no drain; it is replaced anyway.
-        let base = slot.url().unwrap_or_default();
-        let drain = dev
-            .http
-            .post(format!("{base}/v1/admin/drain?wait=true"))
-            .header(
-                baton_api::constants::headers::ACTOR,
-                baton_api::constants::headers::actor_value(&format!("{actor} (baton dev rollout)")),
-            )
-            .timeout(dev.args.timing.drain_timeout + Duration::from_secs(15))
-            .send()
-            .await;
-        if let Err(e) = drain {
-            // A replica that is down needs no drain; it is replaced anyway.
-            eprintln!("baton dev rollout: drain of {} failed: {e}", slot.id);
+        // A replica that is down (no address, or no answer) needs no
+        // drain; it is replaced anyway.
+        if let Some(base) = slot.url() {
+            let drain = dev
+                .http
+                .post(format!("{base}/v1/admin/drain?wait=true"))
+                .header(
+                    baton_api::constants::headers::ACTOR,
+                    baton_api::constants::headers::actor_value(&format!(
+                        "{actor} (baton dev rollout)"
+                    )),
+                )
+                .timeout(dev.args.timing.drain_timeout + Duration::from_secs(15))
+                .send()
+                .await;
+            if let Err(e) = drain {
+                eprintln!("baton dev rollout: drain of {} failed: {e}", slot.id);
+            }
         }
         let drained_ms = started.elapsed().as_millis() as u64;
         let generation = slot.status().generation;

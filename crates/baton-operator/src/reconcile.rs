@@ -475,7 +475,7 @@ async fn run_rollout(
     }
     for pod in plan.drain.iter().filter_map(|n| find(n)) {
         ctx.leading("drain")?;
-        let in_flight = rollout_io::start_drain(&ctx.sidecars, pod, token).await;
+        let in_flight = rollout_io::drain_again(&ctx.sidecars, pod, token).await;
         let removed = pod.pod.ordinal >= agd.spec.replicas;
         let why = if removed {
             "scale-down".to_owned()

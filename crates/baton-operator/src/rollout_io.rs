@@ -231,13 +231,8 @@ impl Sidecars {
     }
 }
 
-/// Starts the drain of `pod`, which the status already lists as draining.
-/// Returns the turns in flight when it began, if the sidecar answered.
-pub async fn start_drain(sidecars: &Sidecars, pod: &LivePod, token: Option<&str>) -> Option<u64> {
-    drain_again(sidecars, pod, token).await
-}
-
-/// Asks the sidecar to drain (again); the turns in flight, if it answered.
+/// Asks the sidecar of a pod the status lists as draining to drain (the
+/// first time, or again); the turns in flight, if it answered.
 pub async fn drain_again(sidecars: &Sidecars, pod: &LivePod, token: Option<&str>) -> Option<u64> {
     match sidecars.drain(pod.ip.as_deref(), token).await {
         Ok(status) => Some(status.in_flight),

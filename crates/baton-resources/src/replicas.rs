@@ -33,7 +33,7 @@ const SIDECAR_TMP_VOLUME: &str = "baton-tmp";
 const AGENT_CONTAINER: &str = "agent";
 pub const SIDECAR_CONTAINER: &str = "baton";
 const HTTP_PORT_NAME: &str = "http";
-const ADMIN_PORT_NAME: &str = "admin";
+const ADMIN_PORT_NAME: &str = ports::SIDECAR_ADMIN_NAME;
 
 /// The runtime settings every replica gets: the ConfigMap's data and the
 /// sidecar's plain environment, from one list so they cannot drift apart.

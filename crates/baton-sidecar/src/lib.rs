@@ -123,12 +123,12 @@ async fn serve<S: ThreadStore>(
         ),
         None => None,
     };
+    let admin_addr = admin_listener
+        .as_ref()
+        .map(tokio::net::TcpListener::local_addr)
+        .transpose()?;
     let advertised_url = if args.advertise_bound_address {
-        let admin_addr = match &admin_listener {
-            Some(admin) => admin.local_addr()?,
-            None => addr,
-        };
-        Some(format!("http://{admin_addr}"))
+        Some(format!("http://{}", admin_addr.unwrap_or(addr)))
     } else {
         args.advertise_url.clone()
     };
@@ -226,8 +226,7 @@ async fn serve<S: ThreadStore>(
         "baton sidecar {} listening on http://{addr}",
         args.replica_id
     );
-    if let Some(admin_listener) = admin_listener {
-        let admin_addr = admin_listener.local_addr()?;
+    if let (Some(admin_listener), Some(admin_addr)) = (admin_listener, admin_addr) {
         println!(
             "baton sidecar {} admin API on http://{admin_addr}",
             args.replica_id

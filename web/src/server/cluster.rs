@@ -155,7 +155,7 @@ fn admin_addresses(
         .ports
         .iter()
         .flatten()
-        .filter(|p| p.name.as_deref() == Some("admin"))
+        .filter(|p| p.name.as_deref() == Some(baton_api::constants::ports::SIDECAR_ADMIN_NAME))
         .filter_map(|p| p.port.and_then(|n| u16::try_from(n).ok()))
         .collect();
     slice
