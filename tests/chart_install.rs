@@ -17,9 +17,10 @@
 //!
 //! Needs root (the node's network namespaces), helm, umoci and skopeo
 //! (`scripts/setup-test-deps`) and the control plane build
-//! (`scripts/setup-kubernetes`). The image build is a release build for
-//! musl: `BATON_IMAGE_TARGET_DIR` (set by `scripts/test`) keeps its cargo
-//! target directory between runs.
+//! (`scripts/setup-kubernetes`), and the image built before the test
+//! starts: `scripts/test` builds it (`scripts/build-image --profile
+//! image-test`) and names it in `BATON_TEST_IMAGE` (`<layout>:<tag>`), so
+//! this suite's clock never includes a build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,7 +52,7 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
         .expect("runtime")
 });
 
-/// The image, built once per test binary and unpacked.
+/// The image `scripts/test` built, unpacked once per test binary.
 struct Image {
     _dir: tempfile::TempDir,
     /// `<layout>:<tag>`
@@ -64,24 +65,14 @@ struct Image {
 }
 
 static IMAGE: LazyLock<Image> = LazyLock::new(|| {
+    let reference = std::env::var("BATON_TEST_IMAGE").expect(
+        "BATON_TEST_IMAGE names the image to test (`<layout>:<tag>`): scripts/test builds it, \
+         or run `scripts/build-image --profile image-test --out DIR` and set it to what it prints",
+    );
     let dir = tempfile::Builder::new()
         .prefix("baton-image-")
         .tempdir()
         .unwrap();
-    let mut build = Command::new(format!("{REPO}/scripts/build-image"));
-    build.arg("--out").arg(dir.path());
-    if let Some(target) = std::env::var_os("BATON_IMAGE_TARGET_DIR") {
-        build.env("CARGO_TARGET_DIR", target);
-    }
-    let out = build.output().expect("scripts/build-image runs");
-    assert!(
-        out.status.success(),
-        "scripts/build-image failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let reference = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    // The build's own report: sizes of the layout and the archive.
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     let bundle = dir.path().join("bundle");
     let out = Command::new("umoci")
         .args(["unpack", "--image", &reference])

@@ -5,6 +5,11 @@
 //! very version `Cargo.lock` pins for the crate), then gzip. The server
 //! embeds the results from `OUT_DIR` (`server::assets`).
 //!
+//! `BATON_WEB_WASM_TARGET_DIR` names that target directory (default
+//! `web-wasm` in the outer one): a build for another target, such as the
+//! image's musl build in a directory of its own, can share the browser half
+//! the host build made rather than compile it again.
+//!
 //! `BATON_WEB_SKIP_WASM=1` skips it: the pages still render and work
 //! without JavaScript, and the page says the live updates are off.
 
@@ -52,10 +57,14 @@ fn main() {
         workspace.join("Cargo.lock").display()
     );
 
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"))
-        .join("web-wasm");
+    println!("cargo:rerun-if-env-changed=BATON_WEB_WASM_TARGET_DIR");
+    let target_dir = match std::env::var_os("BATON_WEB_WASM_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target"))
+            .join("web-wasm"),
+    };
     let wasm = build_wasm(&workspace, &target_dir);
     let (js, wasm) = bindgen(&wasm);
     write_assets(&out_dir, Some((js, wasm)));
