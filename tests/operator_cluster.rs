@@ -243,7 +243,7 @@ async fn without_the_statefulsets_rule_the_operator_reports_the_missing_watch_an
         .iter()
         .position(|r| r.resources.contains(&"statefulsets"))
         .unwrap();
-    let _operator = cluster_operator(cp, &home, "operator-rbac", Some(rule));
+    let operator = cluster_operator(cp, &home, "operator-rbac", Some(rule));
     apply_yaml(cp, &ns, &example("minimal.yaml"));
     let agd = wait_for_agd(
         &client,
@@ -257,6 +257,13 @@ async fn without_the_statefulsets_rule_the_operator_reports_the_missing_watch_an
     assert!(
         message.contains("StatefulSet") && message.contains("baton operator rbac"),
         "{message}"
+    );
+    // The reconcile metric says which error it was.
+    let failures = r#"baton_operator_reconciles_total{result="error",error="watch_not_ready"}"#;
+    assert!(
+        operator.counter(failures).await >= 1.0,
+        "{failures} in:\n{}",
+        operator.metrics().await.unwrap_or_default()
     );
 
     // Grant the full role: the watch recovers on its own.

@@ -2,20 +2,24 @@
 //! StatefulSets, managed stores and status, on any Kubernetes cluster.
 //!
 //! The shape is the usual one for a controller: watches fill caches and
-//! trigger reconciles ([`caches`]); a reconcile reads the resource, validates
-//! it, gathers what exists, builds the desired children, applies what changed
-//! with server-side apply, prunes what is no longer desired and writes the
-//! status ([`reconcile`]). The decisions in the middle are pure functions
-//! ([`children`], [`status`], and the builders of `baton-resources`). Only
-//! the leader of a `coordination.k8s.io` Lease reconciles ([`leader`]).
+//! trigger reconciles ([`caches`]). A reconcile is observe → decide →
+//! execute: [`observe`] reads the resource and everything it depends on
+//! (caches, external Secrets, the sidecars of its pods) into one value,
+//! [`decide`] turns that into every action as a pure function (built on
+//! [`children`], [`status`], [`rollout`] and the builders of
+//! `baton-resources`), and [`reconcile`] performs them: server-side apply
+//! of what changed, prunes, drains, events, the status. Only the leader of a
+//! `coordination.k8s.io` Lease writes ([`leader`]).
 #![forbid(unsafe_code)]
 
 pub mod apply;
 pub mod caches;
 pub mod children;
+pub mod decide;
 mod http;
 pub mod leader;
 pub mod metrics;
+pub mod observe;
 pub mod rbac;
 pub mod reconcile;
 pub mod rollout;
@@ -237,14 +241,16 @@ async fn run_controller(
         recorder,
         metrics,
         default_sidecar_image: args.sidecar_image.clone(),
-        platform: baton_resources::Platform {
-            network_policies: args
-                .network_policies
-                .then(|| baton_resources::AdminClients {
-                    namespace: args.leader_election_namespace.clone(),
-                }),
+        settings: decide::Settings {
+            platform: baton_resources::Platform {
+                network_policies: args
+                    .network_policies
+                    .then(|| baton_resources::AdminClients {
+                        namespace: args.leader_election_namespace.clone(),
+                    }),
+            },
+            resync: args.resync_interval,
         },
-        resync: args.resync_interval,
         verified: Default::default(),
         failures: Default::default(),
         sidecars: Default::default(),

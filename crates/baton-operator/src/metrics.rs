@@ -13,6 +13,9 @@ use prometheus_client::registry::Registry;
 pub struct ResultLabel {
     /// `applied`, `unchanged`, `invalid`, `error`
     pub result: &'static str,
+    /// For `error`, which: `api`, `apply`, `prune`, `watch_not_ready`,
+    /// `not_leader` (empty, so absent, otherwise).
+    pub error: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

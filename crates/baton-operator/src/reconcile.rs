@@ -1,22 +1,16 @@
-//! One reconcile of one `AgentDeployment`: read → validate → gather → build
-//! → apply → prune → status. Only the edges talk to the API server; the
-//! middle (validation, building, the apply and prune decisions, the status)
-//! is pure and lives in `baton-api`, `baton-resources`, [`crate::children`]
-//! and [`crate::status`].
+//! One reconcile of one `AgentDeployment`: observe → decide → execute.
+//! [`crate::observe`] reads everything the reconcile depends on into one
+//! value, [`crate::decide`] turns it into every action without I/O (using
+//! the pure builders of `baton-resources`, [`crate::children`],
+//! [`crate::rollout`] and [`crate::status`]), and the executor here performs
+//! them: the only place that writes to the API server or calls a sidecar.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_api::constants::secret_keys;
-use baton_api::validate::Dependency;
-use baton_api::{
-    AgentDeployment, AgentDeploymentStatus, RolloutPhase, RolloutStep, ValidAgentDeployment,
-    condition_types,
-};
-use baton_resources::Credentials;
-use baton_resources::meta::{App, selector_labels};
-use k8s_openapi::api::core::v1::Secret;
+use baton_api::names::ChildNames;
+use baton_api::{AgentDeployment, AgentDeploymentStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -29,17 +23,17 @@ use tracing::{Instrument as _, info, warn};
 
 use crate::apply;
 use crate::caches::Caches;
-use crate::children::{self, ChildKey, Verified};
+use crate::children::{ChildKey, Verified};
+use crate::decide::{self, Decision, Note, Outcome, Requeue, RolloutActions, Settings};
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, ResultLabel};
-use crate::rollout::{self, DrainProbe, Plan, ReplicaPod};
+use crate::observe::{self, Observation, Stage};
+use crate::rollout;
 use crate::rollout_io::{self, Sidecars};
-use crate::status::{self, Observed, Problem, ReplicaObservation, StoreObservation};
+use crate::status::{self, Observed, Problem};
 
 /// How long a reconcile waits for the watch caches to be filled.
 const CACHE_WAIT: Duration = Duration::from_secs(10);
-/// How soon a resource waiting for an external Secret is checked again.
-const WAIT_FOR_SECRET: Duration = Duration::from_secs(3);
 /// Backoff after a failed reconcile: doubles from the first to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_CAP: Duration = Duration::from_secs(120);
@@ -52,10 +46,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The sidecar image for resources that do not name one.
     pub default_sidecar_image: Option<String>,
-    /// What the operator's settings add to every deployment's objects.
-    pub platform: baton_resources::Platform,
-    /// How often an unchanged, healthy resource is checked again.
-    pub resync: Duration,
+    /// What decisions depend on: the platform's additions, the resync.
+    pub settings: Settings,
     pub verified: Mutex<Verified>,
     pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<AgentDeployment>>, u32>>,
     /// Calls the sidecars' admin API (drain, handover) during a rollout.
@@ -108,6 +100,19 @@ pub enum Error {
     NotLeader,
 }
 
+impl Error {
+    /// The `error` label of the reconcile metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Kube(_) => "api",
+            Self::Apply { .. } => "apply",
+            Self::Prune { .. } => "prune",
+            Self::WatchNotReady(_) => "watch_not_ready",
+            Self::NotLeader => "not_leader",
+        }
+    }
+}
+
 /// The status time: whole seconds, as the API server stores it, so that a
 /// status read back compares equal to the one written.
 fn now() -> Time {
@@ -126,7 +131,18 @@ pub async fn reconcile(
         let kinds = ctx.caches.unready_kinds();
         let error = Error::WatchNotReady(kinds);
         if let Ok(agd) = &object.0 {
-            report_problem(agd, None, &ctx, "WatchNotReady", &error).await;
+            let observed = Observed {
+                generation: agd.metadata.generation,
+                desired_replicas: agd.spec.replicas,
+                problem: Some(Problem::WatchNotReady(error.to_string())),
+                replicas: observe::replica_observation(
+                    &ctx.caches,
+                    &agd.namespace().unwrap_or_default(),
+                    &ChildNames::new(agd.name_any()),
+                ),
+                ..Observed::default()
+            };
+            report_problem(agd, &observed, &ctx, "WatchNotReady", &error).await;
         }
         Err(error)
     } else {
@@ -140,13 +156,16 @@ pub async fn reconcile(
         .observe(started.elapsed().as_secs_f64());
     ctx.caches.report(&ctx.metrics);
     let label = match &result {
-        Ok((_, outcome)) => *outcome,
-        Err(_) => "error",
+        Ok((_, outcome)) => ResultLabel {
+            result: outcome.label(),
+            error: "",
+        },
+        Err(error) => ResultLabel {
+            result: "error",
+            error: error.kind(),
+        },
     };
-    ctx.metrics
-        .reconciles
-        .get_or_create(&ResultLabel { result: label })
-        .inc();
+    ctx.metrics.reconciles.get_or_create(&label).inc();
     if result.is_ok() {
         ctx.failures
             .lock()
@@ -189,7 +208,7 @@ pub fn error_policy(
 async fn reconcile_resource(
     agd: &AgentDeployment,
     ctx: &Context,
-) -> Result<(Action, &'static str), Error> {
+) -> Result<(Action, Outcome), Error> {
     let span = tracing::info_span!(
         "reconcile",
         namespace = %agd.namespace().unwrap_or_default(),
@@ -199,269 +218,100 @@ async fn reconcile_resource(
     reconcile_steps(agd, ctx).instrument(span).await
 }
 
-async fn reconcile_steps(
-    agd: &AgentDeployment,
-    ctx: &Context,
-) -> Result<(Action, &'static str), Error> {
-    let namespace = agd.namespace().unwrap_or_default();
-    if agd.metadata.deletion_timestamp.is_some() {
-        // The garbage collector removes the children through their owner references.
-        return Ok((Action::await_change(), "unchanged"));
-    }
-
-    // validate
-    let mut valid = match baton_api::validate(agd) {
-        Ok(valid) => valid,
-        Err(errors) => {
-            let violations: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
-            let problem = Problem::InvalidSpec(violations);
-            let observed = observe(agd, None, ctx, Some(problem));
-            write_status(agd, &observed, ctx).await?;
-            return Ok((Action::await_change(), "invalid"));
-        }
+async fn reconcile_steps(agd: &AgentDeployment, ctx: &Context) -> Result<(Action, Outcome), Error> {
+    let observation = observe::observe(agd, ctx).await?;
+    let decision = {
+        let verified = ctx.verified.lock().expect("verified lock");
+        decide::decide(&observation, &ctx.settings, &verified)
     };
-    if valid.resource.spec.sidecar.image.is_none()
-        && let Some(image) = &ctx.default_sidecar_image
-    {
-        valid.sidecar_image = image.clone();
+    execute(agd, &observation, decision, ctx).await
+}
+
+/// Performs a decision, in the order [`decide`] documents.
+async fn execute(
+    agd: &AgentDeployment,
+    observation: &Observation,
+    decision: Decision,
+    ctx: &Context,
+) -> Result<(Action, Outcome), Error> {
+    let namespace = agd.namespace().unwrap_or_default();
+    let token = match &observation.stage {
+        Stage::Valid(world) => Some(world.credentials.admin_token.clone()),
+        _ => None,
+    };
+    let token = token.as_deref();
+    for pod in &decision.hand_over {
+        rollout_io::hand_over(&ctx.sidecars, pod, token).await;
     }
-
-    // A ServiceAccount of the user's choosing must be one marked for
-    // agents: the operator creates pods under it.
-    if let Some(refusal) = check_service_account(&valid, &namespace, &ctx.client).await? {
-        let observed = observe(agd, None, ctx, Some(Problem::InvalidSpec(vec![refusal])));
-        write_status(agd, &observed, ctx).await?;
-        // A ServiceAccount's annotation triggers no reconcile: look again.
-        return Ok((Action::requeue(SERVICE_ACCOUNT_RECHECK), "invalid"));
-    }
-
-    // gather
-    let credentials = managed_credentials(&valid, &namespace, &ctx.caches);
-    let missing_secrets = check_external_secrets(&valid, &namespace, &ctx.client).await?;
-
-    // rollout: the pods, what the draining sidecars say, the next step
-    let token = Some(credentials.admin_token.as_str());
-    let rollout = read_rollout(agd, &valid, ctx, token).await;
-    // A scale-down hands the drained pods' leases back before the
-    // StatefulSet loses them.
-    for name in &rollout.plan.release {
-        if let Some(pod) = rollout.pods.iter().find(|p| &p.pod.name == name) {
-            rollout_io::hand_over(&ctx.sidecars, pod, token).await;
-        }
-    }
-
-    // build
-    let mut state = baton_resources::build(&valid, &credentials, &ctx.platform);
-    for sts in &mut state.stateful_sets {
-        if sts.metadata.name.as_deref() == Some(valid.names.replicas().as_str())
-            && let Some(spec) = sts.spec.as_mut()
-        {
-            spec.replicas = Some(rollout.plan.statefulset_replicas);
-        }
-    }
-    let desired = state.into_objects();
-    let desired_keys: BTreeSet<ChildKey> = desired.iter().map(ChildKey::of).collect();
-
-    // apply
-    let mut created = Vec::new();
-    let mut updated = Vec::new();
-    for object in desired {
-        let key = ChildKey::of(&object);
-        let live = ctx.caches.meta(key.kind, &namespace, &key.name);
-        let (object, hash) = children::with_applied_hash(object);
-        if !children::needs_apply(
-            live.as_ref(),
-            &hash,
-            &ctx.verified.lock().expect("verified lock"),
-        ) {
-            continue;
-        }
+    let failed = |error: Error| {
+        let mut status = decision.status.clone().unwrap_or_default();
+        status.problem = Some(Problem::ApplyFailed(error.to_string()));
+        (status, error)
+    };
+    for apply in &decision.apply {
         ctx.write("apply")?;
-        match apply::apply(&ctx.client, &namespace, &object).await {
-            Ok(applied) => {
-                ctx.verified.lock().expect("verified lock").record(&applied);
-                if live.is_none() {
-                    created.push(key)
-                } else {
-                    updated.push(key)
-                }
-            }
+        match apply::apply(&ctx.client, &namespace, &apply.object).await {
+            Ok(applied) => ctx.verified.lock().expect("verified lock").record(&applied),
             Err(source) => {
-                let error = Error::Apply { child: key, source };
-                report_problem(agd, Some(&valid), ctx, "ApplyFailed", &error).await;
+                let (status, error) = failed(Error::Apply {
+                    child: apply.key.clone(),
+                    source,
+                });
+                report_problem(agd, &status, ctx, "ApplyFailed", &error).await;
                 return Err(error);
             }
         }
     }
-    let owner_uid = agd.uid().unwrap_or_default();
-    let live_children = ctx.caches.children_of(&namespace, &owner_uid);
-    let prune = children::to_prune(
-        live_children.iter().map(|(kind, meta)| (*kind, meta)),
-        &owner_uid,
-        &desired_keys,
-    );
-    for key in &prune {
+    for key in &decision.prune {
         ctx.write("delete")?;
         if let Err(source) = apply::delete(&ctx.client, &namespace, key).await {
-            let error = Error::Prune {
+            let (status, error) = failed(Error::Prune {
                 child: key.clone(),
                 source,
-            };
-            report_problem(agd, Some(&valid), ctx, "ApplyFailed", &error).await;
+            });
+            report_problem(agd, &status, ctx, "ApplyFailed", &error).await;
             return Err(error);
         }
     }
-    for (reason, keys) in [
-        ("Created", &created),
-        ("Updated", &updated),
-        ("Pruned", &prune),
-    ] {
-        if !keys.is_empty() {
-            let list: Vec<String> = keys.iter().map(ToString::to_string).collect();
-            info!(children = %list.join(", "), "{}", reason.to_lowercase());
-            publish(
-                ctx,
-                agd,
-                EventType::Normal,
-                reason,
-                "Reconcile",
-                list.join(", "),
-            )
-            .await;
-        }
+    for note in decision.children_events() {
+        info!(children = %note.note, "{}", note.reason.to_lowercase());
+        publish(ctx, agd, &note).await;
     }
-
-    let replicas_applied = updated.iter().chain(&created).any(|k| {
-        k.kind == baton_resources::ChildKind::StatefulSet && k.name == valid.names.replicas()
-    });
-    // The plan read the StatefulSet before this apply; a changed one gets
-    // a new revision first, and the next reconcile (its watch event) goes on.
-    let mut rollout_status = rollout.plan.status.clone();
-    let mut stall = rollout.plan.stall.clone();
-    if replicas_applied {
-        // The plan judged the template before this apply: neither its
-        // "complete" nor its "stalled" holds for the new one.
-        rollout_status.phase = RolloutPhase::Progressing;
-        rollout_status.message = Some("the replica StatefulSet is being updated".into());
-        stall = None;
-    }
-    if !replicas_applied && let Some(step) = run_rollout(agd, ctx, &rollout, token).await? {
-        rollout_status.last_step = Some(step);
-    }
-    announce_rollout(agd, ctx, &rollout_status, stall.as_ref()).await;
-
-    // status
-    let problem =
-        (!missing_secrets.is_empty()).then_some(Problem::ExternalSecretMissing(missing_secrets));
-    let mut observed = observe(agd, Some(&valid), ctx, problem);
-    observed.rollout = Some(rollout_status);
-    observed.stall = stall;
-    observed.current_revision = rollout.plan.current_revision.clone();
-    if replicas_applied && let Some(replicas) = observed.replicas.as_mut() {
-        // The cache still holds the template before this apply.
-        replicas.up_to_date = false;
-    }
-    let waiting_for_secret = observed.problem.is_some();
-    write_status(agd, &observed, ctx).await?;
-    let outcome = if created.is_empty() && updated.is_empty() && prune.is_empty() {
-        "unchanged"
-    } else {
-        "applied"
-    };
-    let action = if waiting_for_secret {
-        Action::requeue(WAIT_FOR_SECRET)
-    } else {
-        Action::requeue(rollout.plan.requeue.unwrap_or(ctx.resync).min(ctx.resync))
-    };
-    Ok((action, outcome))
-}
-
-/// What the rollout step is decided from, and the decision.
-struct RolloutRead {
-    pods: Vec<rollout_io::LivePod>,
-    probes: Vec<(String, DrainProbe)>,
-    plan: Plan,
-    update_revision: Option<String>,
-}
-
-async fn read_rollout(
-    agd: &AgentDeployment,
-    valid: &ValidAgentDeployment,
-    ctx: &Context,
-    token: Option<&str>,
-) -> RolloutRead {
-    let namespace = agd.namespace().unwrap_or_default();
-    let sts = ctx.caches.stateful_set(&namespace, &valid.names.replicas());
-    let live_replicas = sts
-        .as_ref()
-        .and_then(|s| s.spec.as_ref())
-        .and_then(|s| s.replicas);
-    let update_revision = sts.as_ref().and_then(|s| {
-        let status = s.status.as_ref()?;
-        // Only a revision of the template the controller has seen.
-        (status.observed_generation >= s.metadata.generation)
-            .then(|| status.update_revision.clone())
-            .flatten()
-    });
-    let pods = match sts.as_ref().and_then(|s| s.metadata.uid.clone()) {
-        Some(uid) => rollout_io::replica_pods(
-            &ctx.caches.pods_of(&namespace, &uid),
-            &valid.names.replicas(),
-            agd.status
-                .as_ref()
-                .and_then(|s| s.rollout.as_ref())
-                .map_or(&[], |r| r.draining.as_slice()),
-        ),
-        None => Vec::new(),
-    };
-    let probes = ctx.sidecars.probe_drains(&pods, token).await;
-    let layout_mismatch = match update_revision.as_deref() {
-        Some(update) => ctx.sidecars.probe_layouts(&pods, update, token).await,
+    let last_step = match &decision.rollout {
+        Some(rollout) => run_rollout(agd, ctx, rollout, token).await?,
         None => None,
     };
-    let replica_pods: Vec<ReplicaPod> = pods.iter().map(|p| p.pod.clone()).collect();
-    let spec = &agd.spec.rollout;
-    let plan = rollout::plan(&rollout::Inputs {
-        desired: agd.spec.replicas,
-        live_replicas,
-        update_revision: update_revision.as_deref(),
-        pods: &replica_pods,
-        probes: &probes,
-        paused: spec.paused,
-        max_unavailable: spec.max_unavailable,
-        progress_deadline: valid.progress_deadline,
-        drain_timeout: valid.timings.drain_timeout,
-        previous: agd.status.as_ref().and_then(|s| s.rollout.as_ref()),
-        now: Timestamp::now(),
-        layout_mismatch: layout_mismatch.as_ref(),
-        migrate_layout: spec.migrate_layout,
-    });
-    RolloutRead {
-        pods,
-        probes,
-        plan,
-        update_revision,
+    for note in &decision.events {
+        publish(ctx, agd, note).await;
     }
+    if let Some(mut status) = decision.status {
+        if let (Some(step), Some(rollout)) = (last_step, status.rollout.as_mut()) {
+            rollout.last_step = Some(step);
+        }
+        write_status(agd, &status, ctx).await?;
+    }
+    let action = match decision.requeue {
+        Requeue::AwaitChange => Action::await_change(),
+        Requeue::After(delay) => Action::requeue(delay),
+    };
+    Ok((action, decision.outcome))
 }
 
-/// Carries out the planned drains and replacements; returns the last step
-/// in words for `status.rollout.lastStep`.
+/// Carries out a rollout step; returns the last step in words for
+/// `status.rollout.lastStep`.
 async fn run_rollout(
     agd: &AgentDeployment,
     ctx: &Context,
-    rollout: &RolloutRead,
+    rollout: &RolloutActions,
     token: Option<&str>,
 ) -> Result<Option<String>, Error> {
     let namespace = agd.namespace().unwrap_or_default();
-    let plan = &rollout.plan;
-    let update = rollout.update_revision.as_deref().unwrap_or("?");
-    let find = |name: &str| rollout.pods.iter().find(|p| p.pod.name == name);
     let mut last_step = None;
-    for pod in plan.redrain.iter().filter_map(|n| find(n)) {
+    for pod in &rollout.redrain {
         ctx.leading("drain")?;
         rollout_io::drain_again(&ctx.sidecars, pod, token).await;
     }
-    if !plan.drain.is_empty() {
+    if let Some(status) = &rollout.mark_draining {
         // The status names the pods before their sidecars are asked: an
         // operator that restarts (or a new leader) then knows they drain.
         let api: Api<AgentDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -469,380 +319,44 @@ async fn run_rollout(
         api.patch_status(
             &agd.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": { "rollout": plan.status } })),
+            &Patch::Merge(serde_json::json!({ "status": { "rollout": status } })),
         )
         .await?;
     }
-    for pod in plan.drain.iter().filter_map(|n| find(n)) {
+    for drain in &rollout.drain {
         ctx.leading("drain")?;
-        let in_flight = rollout_io::drain_again(&ctx.sidecars, pod, token).await;
-        let removed = pod.pod.ordinal >= agd.spec.replicas;
-        let why = if removed {
-            "scale-down".to_owned()
-        } else {
-            format!(
-                "revision {} -> {update}",
-                pod.pod.revision.as_deref().unwrap_or("?")
-            )
-        };
-        let turns = in_flight.map_or("its sidecar did not answer".to_owned(), |n| {
-            format!("{n} turn{} in flight", if n == 1 { "" } else { "s" })
-        });
-        let note = format!("draining {} ({why}): {turns}", pod.pod.name);
-        info!(pod = %pod.pod.name, "{note}");
+        let in_flight = rollout_io::drain_again(&ctx.sidecars, &drain.pod, token).await;
+        let note = decide::draining_note(drain, in_flight);
+        info!(pod = %drain.pod.pod.name, "{note}");
+        publish(ctx, agd, &Note::normal("Draining", "Rollout", note.clone())).await;
+        last_step = Some(note);
+    }
+    for replace in &rollout.replace {
+        let pod = &replace.pod.pod;
+        let released = rollout_io::hand_over(&ctx.sidecars, &replace.pod, token).await;
+        let drained = decide::drained_note(replace, released);
+        info!(pod = %pod.name, drained_in_ms = replace.drained_in_ms, "{drained}");
+        let note = Note::normal("Drained", "Rollout", drained.clone()).about(pod);
+        publish(ctx, agd, &note).await;
+        ctx.write("pod")?;
+        rollout_io::delete_pod(&ctx.client, &namespace, pod).await?;
+        info!(pod = %pod.name, "deleted for the rollout");
+        let note = Note::normal("Deleted", "Rollout", decide::deleted_note(replace)).about(pod);
+        publish(ctx, agd, &note).await;
+        last_step = Some(decide::replaced_note(&drained));
+    }
+    if let Some((pod, note)) = &rollout.ready {
         publish(
             ctx,
             agd,
-            EventType::Normal,
-            "Draining",
-            "Rollout",
-            note.clone(),
-        )
-        .await;
-        last_step = Some(note);
-    }
-    for pod in plan.replace.iter().filter_map(|n| find(n)) {
-        let (drained_in_ms, aborted) = match rollout
-            .probes
-            .iter()
-            .find(|(n, _)| n == &pod.pod.name)
-            .map(|(_, p)| p)
-        {
-            Some(DrainProbe::Drained {
-                drained_in_ms,
-                aborted,
-            }) => (*drained_in_ms, *aborted),
-            _ => (None, 0),
-        };
-        let drained_in_ms = drained_in_ms.or_else(|| {
-            pod.pod.drain_started_at.map(|t| {
-                Timestamp::now()
-                    .as_millisecond()
-                    .saturating_sub(t.as_millisecond())
-                    .max(0) as u64
-            })
-        });
-        let released = rollout_io::hand_over(&ctx.sidecars, pod, token).await;
-        let handed_over = aborted + released;
-        let drained = format!(
-            "{} drained in {} ms, {handed_over} turn{} handed over",
-            pod.pod.name,
-            drained_in_ms.map_or("?".into(), |ms| ms.to_string()),
-            if handed_over == 1 { "" } else { "s" }
-        );
-        info!(pod = %pod.pod.name, drained_in_ms, handed_over, "drained");
-        publish_about(
-            ctx,
-            agd,
-            Some(&pod.pod),
-            EventType::Normal,
-            "Drained",
-            "Rollout",
-            drained.clone(),
-        )
-        .await;
-        ctx.write("pod")?;
-        rollout_io::delete_pod(&ctx.client, &namespace, &pod.pod).await?;
-        let deleted = format!(
-            "deleted {}; the StatefulSet brings it back at revision {update}",
-            pod.pod.name
-        );
-        info!(pod = %pod.pod.name, "deleted for the rollout");
-        publish_about(
-            ctx,
-            agd,
-            Some(&pod.pod),
-            EventType::Normal,
-            "Deleted",
-            "Rollout",
-            deleted,
-        )
-        .await;
-        last_step = Some(format!("replaced {drained}"));
-    }
-    // A pod the previous step waited for that is ready now.
-    let previous = agd.status.as_ref().and_then(|s| s.rollout.as_ref());
-    if let Some(previous) = previous
-        && previous.step == Some(RolloutStep::WaitingReady)
-        && let Some(name) = &previous.pod
-        && let Some(pod) = find(name)
-        && pod.pod.ready
-        && pod.pod.revision.as_deref() == Some(update)
-    {
-        let after = pod
-            .pod
-            .created_at
-            .map(|c| {
-                format!(
-                    " {} ms after it was created",
-                    Timestamp::now()
-                        .as_millisecond()
-                        .saturating_sub(c.as_millisecond())
-                )
-            })
-            .unwrap_or_default();
-        let note = format!("{name} is ready at revision {update}{after}");
-        publish_about(
-            ctx,
-            agd,
-            Some(&pod.pod),
-            EventType::Normal,
-            "PodReady",
-            "Rollout",
-            note.clone(),
+            &Note::normal("PodReady", "Rollout", note.clone()).about(pod),
         )
         .await;
         if last_step.is_none() {
-            last_step = Some(note);
+            last_step = Some(note.clone());
         }
     }
     Ok(last_step)
-}
-
-/// An event when the rollout's phase changes: complete, paused, stalled.
-async fn announce_rollout(
-    agd: &AgentDeployment,
-    ctx: &Context,
-    new: &baton_api::RolloutStatus,
-    stall: Option<&rollout::Stall>,
-) {
-    let previous = agd.status.as_ref().and_then(|s| s.rollout.as_ref());
-    if previous.map(|p| p.phase) == Some(new.phase) {
-        return;
-    }
-    let revision = new.revision.as_deref().unwrap_or("?");
-    match new.phase {
-        RolloutPhase::Complete if previous.is_some() => {
-            let note = format!("every replica runs revision {revision}");
-            publish(
-                ctx,
-                agd,
-                EventType::Normal,
-                "RolloutComplete",
-                "Rollout",
-                note,
-            )
-            .await;
-        }
-        RolloutPhase::Paused => {
-            let note = new.message.clone().unwrap_or_default();
-            publish(
-                ctx,
-                agd,
-                EventType::Normal,
-                "RolloutPaused",
-                "Rollout",
-                note,
-            )
-            .await;
-        }
-        RolloutPhase::Stalled => {
-            if let Some(stall) = stall {
-                publish(
-                    ctx,
-                    agd,
-                    EventType::Warning,
-                    stall.reason,
-                    "Rollout",
-                    stall.message.clone(),
-                )
-                .await;
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Credentials of the managed stores, read back from their Secrets so a
-/// running database keeps its password; only missing ones are generated.
-fn managed_credentials(
-    valid: &ValidAgentDeployment,
-    namespace: &str,
-    caches: &Caches,
-) -> Credentials {
-    let data = |name: String| caches.secret(namespace, &name).and_then(|s| s.data.clone());
-    let redis = data(valid.names.redis());
-    let postgres = data(valid.names.postgres());
-    let minio = data(valid.names.minio());
-    let admin = data(valid.names.admin_secret());
-    Credentials::reuse_or_generate(
-        redis.as_ref(),
-        postgres.as_ref(),
-        minio.as_ref(),
-        admin.as_ref(),
-    )
-}
-
-/// How often an `AgentDeployment` refused for its ServiceAccount looks again.
-const SERVICE_ACCOUNT_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Why `spec.serviceAccountName` may not be used, if it may not: it must
-/// exist and carry `baton.dev/agent-service-account: "true"`.
-async fn check_service_account(
-    valid: &ValidAgentDeployment,
-    namespace: &str,
-    client: &Client,
-) -> Result<Option<String>, Error> {
-    let Some(name) = &valid.resource.spec.service_account_name else {
-        return Ok(None);
-    };
-    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), namespace);
-    let key = baton_api::constants::annotations::AGENT_SERVICE_ACCOUNT;
-    Ok(match api.get_opt(name).await? {
-        None => Some(format!(
-            "spec.serviceAccountName: ServiceAccount {namespace}/{name} does not exist"
-        )),
-        Some(account)
-            if account
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(key))
-                .is_some_and(|v| v == "true") =>
-        {
-            None
-        }
-        Some(_) => Some(format!(
-            "spec.serviceAccountName: ServiceAccount {namespace}/{name} is not marked for agents; whoever may give pods that account annotates it {key}=true (kubectl annotate serviceaccount -n {namespace} {name} {key}=true)"
-        )),
-    })
-}
-
-/// Every external store Secret that is missing or lacks a key the sidecar
-/// reads, as messages naming the Secret and the key.
-async fn check_external_secrets(
-    valid: &ValidAgentDeployment,
-    namespace: &str,
-    client: &Client,
-) -> Result<Vec<String>, Error> {
-    let mut wanted: Vec<(String, Vec<String>, &str)> = Vec::new();
-    if let Dependency::External(e) = &valid.redis {
-        wanted.push((
-            e.secret_ref.name.clone(),
-            vec![e.secret_ref.url_key.clone()],
-            "redis",
-        ));
-    }
-    if let Dependency::External(e) = &valid.postgres {
-        wanted.push((
-            e.secret_ref.name.clone(),
-            vec![e.secret_ref.url_key.clone()],
-            "postgres",
-        ));
-    }
-    if let Dependency::External(e) = &valid.object_store {
-        let keys = [
-            secret_keys::ENDPOINT,
-            secret_keys::ACCESS_KEY_ID,
-            secret_keys::SECRET_ACCESS_KEY,
-        ];
-        wanted.push((
-            e.secret_ref.name.clone(),
-            keys.map(String::from).into(),
-            "objectStore",
-        ));
-    }
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let mut problems = Vec::new();
-    for (name, keys, dependency) in wanted {
-        match api.get_opt(&name).await? {
-            None => problems.push(format!(
-                "Secret {namespace}/{name} (spec.dependencies.{dependency}.external.secretRef) does not exist"
-            )),
-            Some(secret) => {
-                let data = secret.data.unwrap_or_default();
-                let strings = secret.string_data.unwrap_or_default();
-                for key in keys {
-                    if !data.contains_key(&key) && !strings.contains_key(&key) {
-                        problems.push(format!(
-                            "Secret {namespace}/{name} (spec.dependencies.{dependency}.external.secretRef) has no key {key:?}"
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    Ok(problems)
-}
-
-/// What the status is computed from, read from the caches.
-fn observe(
-    agd: &AgentDeployment,
-    valid: Option<&ValidAgentDeployment>,
-    ctx: &Context,
-    problem: Option<Problem>,
-) -> Observed {
-    let namespace = agd.namespace().unwrap_or_default();
-    let names = baton_api::names::ChildNames::new(agd.name_any());
-    let replicas = ctx
-        .caches
-        .stateful_set(&namespace, &names.replicas())
-        .map(|sts| {
-            let status = sts.status.clone().unwrap_or_default();
-            ReplicaObservation {
-                up_to_date: status.observed_generation >= sts.metadata.generation,
-                replicas: status.replicas,
-                ready_replicas: status.ready_replicas.unwrap_or(0),
-                updated_replicas: status.updated_replicas.unwrap_or(0),
-                current_revision: status.current_revision,
-                update_revision: status.update_revision,
-            }
-        });
-    let mut stores = Vec::new();
-    if let Some(valid) = valid {
-        let store_ready = |name: &str| {
-            ctx.caches
-                .stateful_set(&namespace, name)
-                .and_then(|s| s.status.as_ref().and_then(|st| st.ready_replicas))
-                .unwrap_or(0)
-                >= 1
-        };
-        if matches!(valid.redis, Dependency::Managed(_)) {
-            stores.push(StoreObservation {
-                name: format!("redis (StatefulSet {})", valid.names.redis()),
-                ready: store_ready(&valid.names.redis()),
-            });
-        }
-        if matches!(valid.postgres, Dependency::Managed(_)) {
-            stores.push(StoreObservation {
-                name: format!("postgres (StatefulSet {})", valid.names.postgres()),
-                ready: store_ready(&valid.names.postgres()),
-            });
-        }
-        if matches!(valid.object_store, Dependency::Managed(_)) {
-            stores.push(StoreObservation {
-                name: format!("object store (StatefulSet {})", valid.names.minio()),
-                ready: store_ready(&valid.names.minio()),
-            });
-            let bucket_made = ctx
-                .caches
-                .job(&namespace, &valid.names.bucket_job())
-                .and_then(|j| j.status.as_ref().and_then(|s| s.succeeded))
-                .unwrap_or(0)
-                >= 1;
-            stores.push(StoreObservation {
-                name: format!("bucket (Job {})", valid.names.bucket_job()),
-                ready: bucket_made,
-            });
-        }
-    }
-    let selector = valid.map(|v| {
-        selector_labels(v, App::Agent)
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    });
-    Observed {
-        generation: agd.metadata.generation,
-        desired_replicas: agd.spec.replicas,
-        selector,
-        problem,
-        replicas,
-        stores,
-        ..Observed::default()
-    }
 }
 
 /// Writes the status computed from `observed` if it differs from the
@@ -854,7 +368,9 @@ async fn write_status(
 ) -> Result<(), Error> {
     let previous = agd.status.as_ref();
     let new = status::compute(observed, previous, &now());
-    announce_problem(agd, previous, observed, ctx).await;
+    if let Some(note) = decide::problem_event(previous, observed.problem.as_ref()) {
+        publish(ctx, agd, &note).await;
+    }
     if previous == Some(&new) {
         return Ok(());
     }
@@ -870,60 +386,24 @@ async fn write_status(
     Ok(())
 }
 
-/// A Warning event for a problem that was not already reported in the
-/// status (the same problem on every resync would be noise).
-async fn announce_problem(
-    agd: &AgentDeployment,
-    previous: Option<&AgentDeploymentStatus>,
-    observed: &Observed,
-    ctx: &Context,
-) {
-    let Some(problem) = &observed.problem else {
-        return;
-    };
-    let degraded = status::find(previous, condition_types::DEGRADED);
-    let already = degraded.is_some_and(|c| {
-        c.status == "True" && c.reason == problem.reason() && c.message == problem.message()
-    });
-    if !already {
-        publish(
-            ctx,
-            agd,
-            EventType::Warning,
-            problem.reason(),
-            "Validate",
-            problem.message(),
-        )
-        .await;
-    }
-}
-
 /// A failure that stops the reconcile: a Warning event and, best effort, a
-/// Degraded status naming it.
+/// Degraded status naming it (`observed` carries the problem).
 async fn report_problem(
     agd: &AgentDeployment,
-    valid: Option<&ValidAgentDeployment>,
+    observed: &Observed,
     ctx: &Context,
     reason: &str,
     error: &Error,
 ) {
-    let problem = match error {
-        Error::WatchNotReady(_) => Problem::WatchNotReady(error.to_string()),
-        _ => Problem::ApplyFailed(error.to_string()),
-    };
-    let observed = observe(agd, valid, ctx, Some(problem));
     publish(
         ctx,
         agd,
-        EventType::Warning,
-        reason,
-        "Reconcile",
-        error.to_string(),
+        &Note::warning(reason, "Reconcile", error.to_string()),
     )
     .await;
     // Best effort: the reconcile error is what drives the retry.
     let previous = agd.status.as_ref();
-    let new = status::compute(&observed, previous, &now());
+    let new = status::compute(observed, previous, &now());
     if previous != Some(&new) && ctx.write("status").is_ok() {
         let api: Api<AgentDeployment> =
             Api::namespaced(ctx.client.clone(), &agd.namespace().unwrap_or_default());
@@ -937,50 +417,38 @@ async fn report_problem(
     }
 }
 
-async fn publish(
-    ctx: &Context,
-    agd: &AgentDeployment,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    publish_about(ctx, agd, None, type_, reason, action, note).await
-}
-
-/// An event on the resource, naming `pod` as the related object: the
-/// recorder folds repeats of one reason about the same objects into a
+/// An event on the resource, naming the note's pod as the related object:
+/// the recorder folds repeats of one reason about the same objects into a
 /// series that keeps the first note, so each pod's step needs its own.
-async fn publish_about(
-    ctx: &Context,
-    agd: &AgentDeployment,
-    pod: Option<&ReplicaPod>,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let secondary = pod.map(|p| k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        name: Some(p.name.clone()),
-        namespace: agd.namespace(),
-        uid: Some(p.uid.clone()),
-        ..Default::default()
-    });
+async fn publish(ctx: &Context, agd: &AgentDeployment, note: &Note) {
+    let secondary = note
+        .pod
+        .as_ref()
+        .map(|p| k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(p.name.clone()),
+            namespace: agd.namespace(),
+            uid: Some(p.uid.clone()),
+            ..Default::default()
+        });
     let event = Event {
-        type_,
-        reason: reason.to_owned(),
+        type_: if note.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: note.reason.clone(),
         // Events cap notes at 1 kB.
-        note: Some(note.chars().take(1000).collect()),
-        action: action.to_owned(),
+        note: Some(note.note.chars().take(1000).collect()),
+        action: note.action.to_owned(),
         secondary,
     };
     if ctx.write("event").is_err() {
         return;
     }
     if let Err(error) = ctx.recorder.publish(&event, &agd.object_ref(&())).await {
-        warn!("could not publish event {reason}: {error}");
+        warn!("could not publish event {}: {error}", note.reason);
     }
 }
 
@@ -990,7 +458,7 @@ async fn publish_about(
 async fn report_malformed(
     invalid: &InvalidObject,
     ctx: &Context,
-) -> Result<(Action, &'static str), Error> {
+) -> Result<(Action, Outcome), Error> {
     let meta = &invalid.metadata;
     let namespace = meta.namespace.clone().unwrap_or_default();
     let name = meta.name.clone().unwrap_or_default();
@@ -998,7 +466,7 @@ async fn report_malformed(
     let resource = ApiResource::erase::<AgentDeployment>(&());
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
     let Some(current) = api.get_opt(&name).await? else {
-        return Ok((Action::await_change(), "invalid"));
+        return Ok((Action::await_change(), Outcome::Invalid));
     };
     let previous: Option<AgentDeploymentStatus> = current
         .data
@@ -1036,7 +504,7 @@ async fn report_malformed(
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
-    Ok((Action::await_change(), "invalid"))
+    Ok((Action::await_change(), Outcome::Invalid))
 }
 
 /// The part of a malformed object's status we can still read.
