@@ -42,6 +42,8 @@ struct Dev {
     dashboard: Arc<baton_web::server::Dashboard>,
     args: DevArgs,
     http: reqwest::Client,
+    /// Drains a replica during `baton dev rollout`.
+    admin: baton_admin_client::AdminClient,
     rolling: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -119,6 +121,7 @@ pub async fn run(args: DevArgs, exe: PathBuf) -> anyhow::Result<()> {
         dashboard: dashboard.clone(),
         args: args.clone(),
         http: reqwest::Client::new(),
+        admin: baton_admin_client::AdminClient::new(baton_serve::CLIENT_POOL_IDLE),
         rolling: Arc::new(tokio::sync::Mutex::new(())),
     });
     print_banner(&args, front, &slots, embedded);
@@ -471,19 +474,16 @@ async fn rollout(dev: &Dev, actor: &str) -> Result<Vec<RolloutStep>, String> {
         // A replica that is down (no address, or no answer) needs no
         // drain; it is replaced anyway.
         if let Some(base) = slot.url() {
-            let drain = dev
-                .http
-                .post(format!("{base}/v1/admin/drain?wait=true"))
-                .header(
-                    baton_api::constants::headers::ACTOR,
-                    baton_api::constants::headers::actor_value(&format!(
-                        "{actor} (baton dev rollout)"
-                    )),
-                )
-                .timeout(dev.args.timing.drain_timeout + Duration::from_secs(15))
-                .send()
-                .await;
-            if let Err(e) = drain {
+            let actor = format!("{actor} (baton dev rollout)");
+            let target = baton_admin_client::Target {
+                base: &base,
+                // baton dev's sidecars keep their admin API on loopback,
+                // with no token.
+                token: None,
+                actor: Some(&actor),
+                timeout: dev.args.timing.drain_timeout + Duration::from_secs(15),
+            };
+            if let Err(e) = dev.admin.drain(target, true).await {
                 eprintln!("baton dev rollout: drain of {} failed: {e}", slot.id);
             }
         }

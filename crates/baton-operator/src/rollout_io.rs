@@ -12,8 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_admin_client::{AdminClient, AdminError, Target};
 use baton_api::DrainingPod;
-use baton_api::constants::{paths, ports};
+use baton_api::constants::ports;
 use baton_views::{Handover, ReplicaStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Preconditions};
@@ -81,20 +82,18 @@ pub fn replica_pods(
     out
 }
 
-/// Calls the sidecars' admin API.
+/// Calls the sidecars' admin API (through the one client,
+/// `baton-admin-client`) at each pod's IP and admin port, naming the
+/// operator as the actor.
 #[derive(Clone)]
 pub struct Sidecars {
-    http: reqwest::Client,
+    client: AdminClient,
 }
 
 impl Default for Sidecars {
     fn default() -> Self {
         Self {
-            http: reqwest::Client::builder()
-                .timeout(SIDECAR_TIMEOUT)
-                .pool_idle_timeout(baton_serve::CLIENT_POOL_IDLE)
-                .build()
-                .expect("an HTTP client without TLS builds"),
+            client: AdminClient::new(baton_serve::CLIENT_POOL_IDLE),
         }
     }
 }
@@ -104,47 +103,25 @@ pub enum SidecarError {
     #[error("the pod has no IP yet")]
     NoAddress,
     #[error("{0}")]
-    Http(#[from] reqwest::Error),
-    #[error("answered {status}: {body}")]
-    Refused { status: u16, body: String },
+    Call(#[from] AdminError),
 }
 
+/// The sidecar's log says who drained it.
+const ACTOR: &str = "operator (rolling release)";
+
 impl Sidecars {
-    async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        method: reqwest::Method,
-        ip: Option<&str>,
-        path: &str,
-        token: Option<&str>,
-    ) -> Result<T, SidecarError> {
+    fn target<'a>(base: &'a str, token: Option<&'a str>) -> Target<'a> {
+        Target {
+            base,
+            token,
+            actor: Some(ACTOR),
+            timeout: SIDECAR_TIMEOUT,
+        }
+    }
+
+    fn base(ip: Option<&str>) -> Result<String, SidecarError> {
         let ip = ip.ok_or(SidecarError::NoAddress)?;
-        let host = if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip.to_owned()
-        };
-        let url = format!("http://{host}:{}{path}", ports::SIDECAR_ADMIN);
-        let mut request = self
-            .http
-            .request(method, url)
-            // The sidecar's log says who drained it.
-            .header(
-                baton_api::constants::headers::ACTOR,
-                "operator (rolling release)",
-            );
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        let response = request.send().await?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            return Err(SidecarError::Refused {
-                status: status.as_u16(),
-                body: body.chars().take(300).collect(),
-            });
-        }
-        Ok(response.json().await?)
+        Ok(baton_admin_client::base_url(ip, ports::SIDECAR_ADMIN))
     }
 
     pub async fn status(
@@ -152,8 +129,8 @@ impl Sidecars {
         ip: Option<&str>,
         token: Option<&str>,
     ) -> Result<ReplicaStatus, SidecarError> {
-        self.call(reqwest::Method::GET, ip, paths::STATUS, token)
-            .await
+        let base = Self::base(ip)?;
+        Ok(self.client.status(Self::target(&base, token)).await?)
     }
 
     /// Starts a drain; answers at once with the turns in flight.
@@ -162,8 +139,8 @@ impl Sidecars {
         ip: Option<&str>,
         token: Option<&str>,
     ) -> Result<ReplicaStatus, SidecarError> {
-        self.call(reqwest::Method::POST, ip, paths::DRAIN, token)
-            .await
+        let base = Self::base(ip)?;
+        Ok(self.client.drain(Self::target(&base, token), false).await?)
     }
 
     pub async fn handover(
@@ -171,8 +148,8 @@ impl Sidecars {
         ip: Option<&str>,
         token: Option<&str>,
     ) -> Result<Handover, SidecarError> {
-        self.call(reqwest::Method::POST, ip, paths::HANDOVER, token)
-            .await
+        let base = Self::base(ip)?;
+        Ok(self.client.handover(Self::target(&base, token)).await?)
     }
 
     /// Whether a starting pod of the update revision serves nothing

@@ -203,7 +203,11 @@ pub async fn drain(
     };
     let outcome = async {
         let replica = data::find_replica(&dashboard, &form.replica).await?;
-        let status = dashboard.sidecars.drain(&replica, &viewer.name).await?;
+        let status = dashboard
+            .sidecars
+            .drain(&replica, &viewer.name)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok::<_, String>(format!("draining; {} turn(s) in flight", status.in_flight))
     }
     .await;
@@ -264,7 +268,7 @@ pub async fn takeover(
                     taken = Some(t);
                     break;
                 }
-                Err(e) => failures.push(e),
+                Err(e) => failures.push(e.to_string()),
             }
         }
         let taken = taken.ok_or_else(|| failures.join("; "))?;

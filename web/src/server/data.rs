@@ -266,7 +266,7 @@ pub async fn replicas(dashboard: &Dashboard) -> Result<ReplicasData, String> {
                         .record(&view.id, now, status.turn_latency.clone());
                     (Some(status), None)
                 }
-                Err(e) => (None, Some(e)),
+                Err(e) => (None, Some(e.to_string())),
             };
             ReplicaRow {
                 recent: dashboard.samples.series(&view.id),

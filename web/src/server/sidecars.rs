@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
+use baton_admin_client::{AdminClient, AdminError, Target};
 use baton_views::{ReplicaStatus, ReplicaView, Takeover};
-use serde::de::DeserializeOwned;
 
 /// How long a sidecar gets to answer a page's question.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -105,9 +105,31 @@ impl Vouch {
     }
 }
 
+/// Why a sidecar was not called, or what its call came to; the sentence
+/// names the replica.
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    #[error("{replica} does not advertise its address (its sidecar needs --advertise-url)")]
+    NoAddress { replica: String },
+    #[error(
+        "{replica} advertises {url}, an address this dashboard cannot vouch for ({why}); not called"
+    )]
+    NotVouched {
+        replica: String,
+        url: String,
+        why: &'static str,
+    },
+    #[error("{replica} did not answer: {error}")]
+    NoAnswer { replica: String, error: AdminError },
+    #[error("{replica} {error}")]
+    Answered { replica: String, error: AdminError },
+}
+
+/// The sidecars' admin API as the dashboard calls it: only at vouched
+/// addresses, with the admin token, naming the viewer.
 #[derive(Clone)]
 pub struct Sidecars {
-    http: reqwest::Client,
+    client: AdminClient,
     admin_token: Option<String>,
     vouch: Vouch,
 }
@@ -115,88 +137,59 @@ pub struct Sidecars {
 impl Sidecars {
     pub fn new(admin_token: Option<String>, vouch: Vouch) -> Self {
         Self {
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(1))
-                .pool_idle_timeout(baton_serve::CLIENT_POOL_IDLE)
-                .build()
-                .unwrap_or_default(),
+            client: AdminClient::new(baton_serve::CLIENT_POOL_IDLE),
             admin_token: admin_token.filter(|t| !t.is_empty()),
             vouch,
         }
     }
 
-    async fn call<T: DeserializeOwned>(
-        &self,
-        replica: &ReplicaView,
-        method: reqwest::Method,
-        path: &str,
+    /// The call's target at `replica`'s advertised URL, if the dashboard
+    /// may call it.
+    fn target<'a>(
+        &'a self,
+        replica: &'a ReplicaView,
         timeout: Duration,
-        actor: Option<&str>,
-    ) -> Result<T, String> {
+        actor: Option<&'a str>,
+    ) -> Result<Target<'a>, SidecarError> {
         let name = &replica.info.replica;
         let Some(base) = replica.info.url.as_deref() else {
-            return Err(format!(
-                "{name} does not advertise its address (its sidecar needs --advertise-url)"
-            ));
+            return Err(SidecarError::NoAddress {
+                replica: name.clone(),
+            });
         };
         if !self.vouch.vouches(base) {
             tracing::warn!(replica = %name, url = %base, "not calling a sidecar at an address the dashboard cannot vouch for");
-            return Err(format!(
-                "{name} advertises {base}, an address this dashboard cannot vouch for ({}); not called",
-                self.vouch.describe()
-            ));
+            return Err(SidecarError::NotVouched {
+                replica: name.clone(),
+                url: base.to_owned(),
+                why: self.vouch.describe(),
+            });
         }
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", base.trim_end_matches('/')))
-            .timeout(timeout);
-        if let Some(token) = &self.admin_token {
-            request = request.bearer_auth(token);
-        }
-        // The sidecar logs whom a drain or takeover was for.
-        if let Some(actor) = actor
-            .map(|a| baton_api::constants::headers::actor_value(&format!("{a} (dashboard)")))
-            .and_then(|a| reqwest::header::HeaderValue::from_str(&a).ok())
-        {
-            request = request.header(baton_api::constants::headers::ACTOR, actor);
-        }
-        let answer = request
-            .send()
-            .await
-            .map_err(|e| format!("{name} did not answer: {}", reason(&e)))?;
-        let status = answer.status();
-        if !status.is_success() {
-            let body: serde_json::Value = answer.json().await.unwrap_or_default();
-            let said = body["error"].as_str().unwrap_or("no reason given");
-            return Err(format!("{name} refused ({status}): {said}"));
-        }
-        answer
-            .json()
-            .await
-            .map_err(|e| format!("{name} answered something unexpected: {e}"))
+        Ok(Target {
+            base,
+            token: self.admin_token.as_deref(),
+            actor,
+            timeout,
+        })
     }
 
-    pub async fn status(&self, replica: &ReplicaView) -> Result<ReplicaStatus, String> {
-        self.call(
-            replica,
-            reqwest::Method::GET,
-            "/v1/admin/status",
-            STATUS_TIMEOUT,
-            None,
-        )
-        .await
+    pub async fn status(&self, replica: &ReplicaView) -> Result<ReplicaStatus, SidecarError> {
+        let target = self.target(replica, STATUS_TIMEOUT, None)?;
+        let answer = self.client.status(target).await;
+        answer.map_err(|e| named(replica, e))
     }
 
     /// Starts draining (the sidecar answers at once; the page follows it).
-    pub async fn drain(&self, replica: &ReplicaView, actor: &str) -> Result<ReplicaStatus, String> {
-        self.call(
-            replica,
-            reqwest::Method::POST,
-            "/v1/admin/drain",
-            ACTION_TIMEOUT,
-            Some(actor),
-        )
-        .await
+    pub async fn drain(
+        &self,
+        replica: &ReplicaView,
+        actor: &str,
+    ) -> Result<ReplicaStatus, SidecarError> {
+        // The sidecar logs whom a drain or takeover was for.
+        let actor = format!("{actor} (dashboard)");
+        let target = self.target(replica, ACTION_TIMEOUT, Some(&actor))?;
+        let answer = self.client.drain(target, false).await;
+        answer.map_err(|e| named(replica, e))
     }
 
     pub async fn takeover(
@@ -205,31 +198,21 @@ impl Sidecars {
         tenant: &str,
         session: &str,
         actor: &str,
-    ) -> Result<Takeover, String> {
-        let path = format!(
-            "/v1/admin/tenants/{}/sessions/{}/takeover",
-            crate::format::url_encode(tenant),
-            crate::format::url_encode(session)
-        );
-        self.call(
-            via,
-            reqwest::Method::POST,
-            &path,
-            ACTION_TIMEOUT,
-            Some(actor),
-        )
-        .await
+    ) -> Result<Takeover, SidecarError> {
+        let actor = format!("{actor} (dashboard)");
+        let target = self.target(via, ACTION_TIMEOUT, Some(&actor))?;
+        let answer = self.client.takeover(target, tenant, session).await;
+        answer.map_err(|e| named(via, e))
     }
 }
 
-/// What went wrong with a request, without the URL reqwest puts first.
-fn reason(e: &reqwest::Error) -> &'static str {
-    if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection refused or unreachable"
-    } else {
-        "the connection failed"
+fn named(replica: &ReplicaView, error: AdminError) -> SidecarError {
+    let replica = replica.info.replica.clone();
+    match error {
+        AdminError::TimedOut | AdminError::Unreachable | AdminError::Failed => {
+            SidecarError::NoAnswer { replica, error }
+        }
+        error => SidecarError::Answered { replica, error },
     }
 }
 
