@@ -3,12 +3,25 @@
 # everything on exit. Source it after `cd` to the repository; set PG_BIN
 # first if Postgres is elsewhere.
 #
-#   WORK, PIDS (add background pids), REDIS_PORT, PG_PORT, DATABASE_URL
+#   WORK, PIDS (add background pids), REDIS_PORT, PG_PORT, DATABASE_URL,
+#   BENCH_DURABILITY (shipped or off: BATON_BENCH_DURABILITY)
 #   free_port, wait_http URL [tries], start_agent BATON → AGENT_PORT
 #   start_redis_cluster MASTERS → CLUSTER_PORTS, CLUSTER_URL (no replicas)
 #   redis_pids → the pids of every Redis server started here
 
 PG_BIN=${PG_BIN:-${BATON_PG_BIN:-/usr/lib/postgresql/15/bin}}
+
+# Durability of the stores: `shipped` (the default) as Baton's managed
+# stores run, Redis with AOF (`appendfsync everysec`) and Postgres with
+# fsync on; `off` (BATON_BENCH_DURABILITY=off) as the tests run them, no
+# AOF and fsync=off, which measures Baton's work without the disk's.
+BENCH_DURABILITY=${BATON_BENCH_DURABILITY:-shipped}
+case "$BENCH_DURABILITY" in
+    shipped) REDIS_PERSISTENCE=(--appendonly yes --appendfsync everysec) PG_FSYNC=on ;;
+    off) REDIS_PERSISTENCE=(--appendonly no) PG_FSYNC=off ;;
+    *) echo "BATON_BENCH_DURABILITY must be shipped or off, not $BENCH_DURABILITY" >&2; exit 2 ;;
+esac
+echo "stores: durability $BENCH_DURABILITY (Redis ${REDIS_PERSISTENCE[*]}; Postgres fsync=$PG_FSYNC)" >&2
 WORK=$(mktemp -d)
 chmod 755 "$WORK"
 PIDS=()
@@ -29,13 +42,13 @@ wait_http() { # url [tries of 0.1 s]
 
 REDIS_PORT=$(free_port)
 mkdir -p "$WORK/redis"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK/redis" \
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' "${REDIS_PERSISTENCE[@]}" --dir "$WORK/redis" \
     --daemonize yes --pidfile "$WORK/redis/pid" >/dev/null
 PG_PORT=$(free_port)
 mkdir -p "$WORK/pg" && chown postgres "$WORK" "$WORK/pg"
 runuser -u postgres -- "$PG_BIN/initdb" -D "$WORK/pg" -U postgres -A trust --no-sync >/dev/null
 runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -w -l "$WORK/pg/log" \
-    -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+    -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c fsync=$PG_FSYNC" start >/dev/null
 DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
 
 start_agent() { # baton binary: the reference agent at echo speed
@@ -55,7 +68,7 @@ start_redis_cluster() { # masters
     for i in $(seq 1 "$masters"); do
         port=$(free_port) bus=$(free_port)
         mkdir -p "$WORK/cluster-$port"
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK/cluster-$port" \
+        redis-server --port "$port" --bind 127.0.0.1 --save '' "${REDIS_PERSISTENCE[@]}" --dir "$WORK/cluster-$port" \
             --cluster-enabled yes --cluster-port "$bus" --cluster-config-file nodes.conf \
             --cluster-require-full-coverage no --cluster-node-timeout 1000 --cluster-announce-ip 127.0.0.1 \
             --daemonize yes --pidfile "$WORK/cluster-$port/pid" >/dev/null

@@ -3,7 +3,7 @@
 //! refusals of every action (no sign-in, wrong role, bad CSRF, unknown or
 //! unreachable replica), hostile ids shown as text, live updates, the
 //! bundle and the file downloads. Drain and takeover against running
-//! sidecars are in the browser tests (`tests/dashboard_browser.rs`).
+//! sidecars are in the browser tests (`tests/tests/dashboard_browser.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Every outcome the turn API answers, by name: the `status` of a body,
 //! the `x-baton-outcome` header, the metrics' label. One list, so the
-//! README's table can be checked against it (tests/docs.rs).
+//! README's table can be checked against it (tests/tests/docs.rs).
 
 /// Declares the enum, its names and `ALL` from one list, so no outcome can
 /// be in one and missing from another.

@@ -4,6 +4,7 @@
 //! token, is audited, and answers with a redirect to the page that shows
 //! its result (`?done=<audit id>`). Refusals are JSON naming the rule.
 
+use crate::server::error::PageError;
 use std::sync::Arc;
 
 use axum::Form;
@@ -94,7 +95,12 @@ pub async fn authorize(
         Ok(viewer) => Ok(viewer),
         Err((who, refusal)) => {
             dashboard
-                .audit(&who, action, target, Err(format!("refused: {}", refusal.2)))
+                .audit(
+                    &who,
+                    action,
+                    target,
+                    Err(PageError::Refused(refusal.2.clone())),
+                )
                 .await;
             Err(refusal.into_response())
         }
@@ -203,12 +209,8 @@ pub async fn drain(
     };
     let outcome = async {
         let replica = data::find_replica(&dashboard, &form.replica).await?;
-        let status = dashboard
-            .sidecars
-            .drain(&replica, &viewer.name)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>(format!("draining; {} turn(s) in flight", status.in_flight))
+        let status = dashboard.sidecars.drain(&replica, &viewer.name).await?;
+        Ok::<_, PageError>(format!("draining; {} turn(s) in flight", status.in_flight))
     }
     .await;
     let entry = dashboard
@@ -251,10 +253,7 @@ pub async fn takeover(
         replicas.retain(|r| r.info.url.is_some());
         replicas.sort_by_key(|r| r.info.draining);
         if replicas.is_empty() {
-            return Err(
-                "no live replica advertises its address, so none can take the session over"
-                    .to_owned(),
-            );
+            return Err(PageError::NoReplicaToCall);
         }
         let mut failures = Vec::new();
         let mut taken = None;
@@ -268,16 +267,16 @@ pub async fn takeover(
                     taken = Some(t);
                     break;
                 }
-                Err(e) => failures.push(e.to_string()),
+                Err(e) => failures.push(e),
             }
         }
-        let taken = taken.ok_or_else(|| failures.join("; "))?;
+        let taken = taken.ok_or(PageError::Sidecars(failures))?;
         let fence = dashboard
             .catalog
             .inspect(&key)
             .await?
             .map_or(0, |v| v.fence);
-        Ok::<_, String>(match taken.revoked_owner {
+        Ok::<_, PageError>(match taken.revoked_owner {
             Some(owner) => format!("fenced out {owner}; the fence is now {fence}"),
             None => format!("no turn held it; the fence is now {fence}"),
         })
@@ -310,7 +309,7 @@ pub async fn file(
 ) -> Response {
     let key = match data::session_key(&tenant, &session) {
         Ok(k) => k,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, "BAD_REQUEST", e),
+        Err(e) => return e.into_response(),
     };
     let Some(workspaces) = &dashboard.workspaces else {
         return refuse(
@@ -322,7 +321,7 @@ pub async fn file(
     let reference = match dashboard.catalog.inspect(&key).await {
         Ok(Some(view)) => view.workspace,
         Ok(None) => None,
-        Err(e) => return refuse(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", e),
+        Err(e) => return e.into_response(),
     };
     let Some(reference) = reference else {
         return refuse(

@@ -7,12 +7,13 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::server::error::PageError;
 use baton_session::{
     CommittedState, ListQuery, ReplicaView, SessionCatalog, SessionKey, SessionPage, SessionView,
     StoreError, TurnRecord,
 };
 
-pub type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+pub type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, PageError>> + Send + 'a>>;
 
 pub trait Catalog: Send + Sync + 'static {
     fn sessions<'a>(&'a self, query: &'a ListQuery) -> Answer<'a, SessionPage>;
@@ -23,10 +24,13 @@ pub trait Catalog: Send + Sync + 'static {
 }
 
 /// The page's message for a store error; the log keeps the detail.
-fn for_page(what: &'static str) -> impl Fn(StoreError) -> String {
+fn for_page(what: &'static str) -> impl Fn(StoreError) -> PageError {
     move |e| {
         tracing::warn!(error = %e, "dashboard: {what} failed");
-        format!("{what} failed: the store answered {}", e.metric_label())
+        PageError::Store {
+            what,
+            kind: e.metric_label(),
+        }
     }
 }
 
@@ -78,23 +82,21 @@ impl<T: SessionCatalog + 'static> Catalog for T {
 /// how to choose one.
 pub struct NoStores;
 
-const NO_STORES: &str = "this dashboard reads no deployment's stores: start it with --redis-url and --database-url of one AgentDeployment (the Helm chart: dashboard.agentDeployment) to see its sessions";
-
 impl Catalog for NoStores {
     fn sessions<'a>(&'a self, _: &'a ListQuery) -> Answer<'a, SessionPage> {
-        Box::pin(async { Err(NO_STORES.to_owned()) })
+        Box::pin(async { Err(PageError::NoStores) })
     }
 
     fn inspect<'a>(&'a self, _: &'a SessionKey) -> Answer<'a, Option<SessionView>> {
-        Box::pin(async { Err(NO_STORES.to_owned()) })
+        Box::pin(async { Err(PageError::NoStores) })
     }
 
     fn state<'a>(&'a self, _: &'a SessionKey) -> Answer<'a, Option<CommittedState>> {
-        Box::pin(async { Err(NO_STORES.to_owned()) })
+        Box::pin(async { Err(PageError::NoStores) })
     }
 
     fn turns<'a>(&'a self, _: &'a SessionKey, _: u32) -> Answer<'a, Vec<TurnRecord>> {
-        Box::pin(async { Err(NO_STORES.to_owned()) })
+        Box::pin(async { Err(PageError::NoStores) })
     }
 
     fn replicas(&self) -> Answer<'_, Vec<ReplicaView>> {

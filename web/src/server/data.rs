@@ -10,31 +10,33 @@ use futures::future::join_all;
 use crate::model::{
     ClusterView, FileRow, Filters, ReplicaRow, ReplicasData, SessionData, SessionRow, SessionsData,
 };
+use crate::server::error::PageError;
 use crate::server::{Dashboard, PAGE_SIZE, TURN_HISTORY, now_ms};
 
 /// Largest workspace file whose text the session page shows inline.
 pub const INLINE_FILE_BYTES: u64 = 64 * 1024;
 
 /// A key from the page's words, refused with the field's name.
-pub fn session_key(tenant: &str, session: &str) -> Result<SessionKey, String> {
-    SessionKey::new(tenant, session).map_err(|e| e.to_string())
+pub fn session_key(tenant: &str, session: &str) -> Result<SessionKey, PageError> {
+    SessionKey::new(tenant, session).map_err(|e| PageError::Input(e.to_string()))
 }
 
-fn tenant(value: &Option<String>) -> Result<Option<TenantId>, String> {
+fn tenant(value: &Option<String>) -> Result<Option<TenantId>, PageError> {
     value
         .as_deref()
         .map(TenantId::new)
         .transpose()
-        .map_err(|e| format!("tenant: {e}"))
+        .map_err(|e| PageError::Input(format!("tenant: {e}")))
 }
 
-pub async fn sessions(dashboard: &Dashboard, filters: &Filters) -> Result<SessionsData, String> {
+pub async fn sessions(dashboard: &Dashboard, filters: &Filters) -> Result<SessionsData, PageError> {
     if filters.leased {
         return leased_sessions(dashboard, filters).await;
     }
     let after = match &filters.after {
         Some(PageKey { tenant, session }) => Some(
-            session_key(tenant, session).map_err(|e| format!("after_tenant/after_session: {e}"))?,
+            session_key(tenant, session)
+                .map_err(|e| PageError::Input(format!("after_tenant/after_session: {e}")))?,
         ),
         None => None,
     };
@@ -46,7 +48,7 @@ pub async fn sessions(dashboard: &Dashboard, filters: &Filters) -> Result<Sessio
         limit: PAGE_SIZE,
     };
     let page = dashboard.catalog.sessions(&query).await?.to_view();
-    let keys: Vec<Result<SessionKey, String>> = page
+    let keys: Vec<Result<SessionKey, PageError>> = page
         .sessions
         .iter()
         .map(|s| session_key(&s.tenant, &s.session))
@@ -56,7 +58,7 @@ pub async fn sessions(dashboard: &Dashboard, filters: &Filters) -> Result<Sessio
     let leases = join_all(keys.iter().map(|key| async move {
         match key {
             Ok(key) => dashboard.catalog.inspect(key).await,
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(PageError::Input(e.to_string())),
         }
     }))
     .await;
@@ -89,7 +91,10 @@ pub async fn sessions(dashboard: &Dashboard, filters: &Filters) -> Result<Sessio
 /// The sessions a turn holds now: the replicas' in-flight turns, with
 /// each session's live view. A replica that does not answer is named
 /// above the rows.
-async fn leased_sessions(dashboard: &Dashboard, filters: &Filters) -> Result<SessionsData, String> {
+async fn leased_sessions(
+    dashboard: &Dashboard,
+    filters: &Filters,
+) -> Result<SessionsData, PageError> {
     let replicas = replicas(dashboard).await?;
     let mut warnings = Vec::new();
     let mut held = BTreeMap::new();
@@ -120,7 +125,7 @@ async fn leased_sessions(dashboard: &Dashboard, filters: &Filters) -> Result<Ses
             Ok(Some(view)) => view,
             Ok(None) => continue,
             Err(e) => {
-                warnings.push(e);
+                warnings.push(e.to_string());
                 continue;
             }
         };
@@ -157,7 +162,7 @@ pub async fn session(
     tenant: &str,
     session: &str,
     reveal_state: bool,
-) -> Result<SessionData, String> {
+) -> Result<SessionData, PageError> {
     let key = session_key(tenant, session)?;
     let (view, turns) = futures::join!(
         dashboard.catalog.inspect(&key),
@@ -165,7 +170,7 @@ pub async fn session(
     );
     let mut warnings = Vec::new();
     let turns = turns.unwrap_or_else(|e| {
-        warnings.push(e);
+        warnings.push(e.to_string());
         Vec::new()
     });
     let view = view?.map(|v| v.to_view(&turns, None));
@@ -173,7 +178,7 @@ pub async fn session(
     if let Some(reference) = view.as_ref().and_then(|v| v.workspace.clone()) {
         match workspace_files(dashboard, &reference).await {
             Ok(f) => files = f,
-            Err(e) => warnings.push(e),
+            Err(e) => warnings.push(e.to_string()),
         }
     }
     let lease_held_ms = match view.as_ref().and_then(|v| v.lease.as_ref()) {
@@ -221,13 +226,18 @@ async fn held_for(dashboard: &Dashboard, holder: &str, tenant: &str, session: &s
         .map(|t| t.running_ms)
 }
 
-async fn workspace_files(dashboard: &Dashboard, reference: &str) -> Result<Vec<FileRow>, String> {
+async fn workspace_files(
+    dashboard: &Dashboard,
+    reference: &str,
+) -> Result<Vec<FileRow>, PageError> {
     let Some(workspaces) = &dashboard.workspaces else {
-        return Err("workspace files: the dashboard was not given the workspace store".into());
+        return Err(PageError::Workspace(
+            "workspace files: the dashboard was not given the workspace store",
+        ));
     };
     let manifest = workspaces.load_manifest(reference).await.map_err(|e| {
         tracing::warn!(error = %e, "dashboard: reading a workspace manifest failed");
-        "workspace files: the object store did not answer".to_owned()
+        PageError::Workspace("workspace files: the object store did not answer")
     })?;
     let mut rows = Vec::new();
     for (name, entry) in manifest.files {
@@ -249,7 +259,7 @@ async fn workspace_files(dashboard: &Dashboard, reference: &str) -> Result<Vec<F
     Ok(rows)
 }
 
-pub async fn replicas(dashboard: &Dashboard) -> Result<ReplicasData, String> {
+pub async fn replicas(dashboard: &Dashboard) -> Result<ReplicasData, PageError> {
     let views: Vec<ReplicaView> = dashboard.catalog.replicas().await?;
     let statuses = join_all(views.iter().map(|v| dashboard.sidecars.status(v))).await;
     let now = now_ms();
@@ -297,10 +307,10 @@ pub async fn replicas(dashboard: &Dashboard) -> Result<ReplicasData, String> {
 }
 
 /// The live replica whose name (or holder id) is `name`.
-pub async fn find_replica(dashboard: &Dashboard, name: &str) -> Result<ReplicaView, String> {
+pub async fn find_replica(dashboard: &Dashboard, name: &str) -> Result<ReplicaView, PageError> {
     let views = dashboard.catalog.replicas().await?;
     views
         .into_iter()
         .find(|v| v.info.replica == name || v.id == name)
-        .ok_or_else(|| format!("replica: no live replica is named {name:?}"))
+        .ok_or_else(|| PageError::NotFound(format!("replica: no live replica is named {name:?}")))
 }

@@ -3,6 +3,7 @@
 //! hydrated page replaces what it shows with each event; without
 //! JavaScript nothing connects.
 
+use crate::server::error::PageError;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ fn changes<T, F, Fut>(
 where
     T: Serialize,
     F: Fn() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<T, String>> + Send,
+    Fut: std::future::Future<Output = Result<T, PageError>> + Send,
 {
     let stream = futures::stream::unfold(
         (read, tokio::time::interval(EVERY), dashboard, headers),
@@ -47,7 +48,7 @@ where
                 Ok(value) => {
                     Event::default().data(serde_json::to_string(&value).unwrap_or_default())
                 }
-                Err(e) => Event::default().event("error").data(e),
+                Err(e) => Event::default().event("error").data(e.to_string()),
             };
             Some((Ok(event), (read, tick, dashboard, headers)))
         },
@@ -79,7 +80,7 @@ impl SharedReads {
         &self,
         dashboard: &Dashboard,
         filters: &Filters,
-    ) -> Result<SessionsData, String> {
+    ) -> Result<SessionsData, PageError> {
         // Held across the read: a second page with these filters waits for
         // the first one's read instead of making its own.
         let mut cache = self.sessions.lock().await;

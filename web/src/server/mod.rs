@@ -9,6 +9,7 @@ pub mod auth;
 pub mod catalog;
 pub mod cluster;
 pub mod data;
+pub mod error;
 pub mod live;
 pub mod samples;
 pub mod sidecars;
@@ -91,8 +92,11 @@ impl Dashboard {
         who: &str,
         action: &str,
         target: &str,
-        outcome: Result<String, String>,
+        outcome: Result<String, impl std::fmt::Display>,
     ) -> crate::model::AuditEntry {
+        // The audit log keeps the words of a failure (a PageError's are the
+        // page's).
+        let outcome = outcome.map_err(|e| e.to_string());
         let entry = self.audit.record(who, action, target, outcome);
         if let Some(cluster) = &self.cluster {
             cluster.record(&entry).await;

@@ -5,7 +5,7 @@
 //! pods here (StatefulSet pods stay Pending): `operator_node.rs` adds the
 //! test node; `operator_cluster.rs` has the cluster-wide cases.
 
-mod operator_support;
+use baton_e2e::operator_support;
 
 use std::collections::BTreeMap;
 
@@ -94,17 +94,6 @@ const ALL_MANAGED: [&str; 19] = [
     "PodDisruptionBudget/support-bot",
 ];
 
-async fn converged(client: &Client, ns: &str, name: &str) -> AgentDeployment {
-    wait_for_agd(
-        client,
-        ns,
-        name,
-        "the operator to write a current status",
-        |agd| observed_current(agd) && condition(agd, "Ready").is_some(),
-    )
-    .await
-}
-
 /// The notes of the resource's events with this reason.
 fn event_notes(cp: &baton_testkit::kube::ControlPlane, ns: &str, reason: &str) -> Vec<String> {
     let events = kubectl_ok(
@@ -124,13 +113,13 @@ fn event_notes(cp: &baton_testkit::kube::ControlPlane, ns: &str, reason: &str) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_example_gets_every_child_labelled_and_owned_then_a_resync_writes_nothing() {
-    let cp = control_plane();
-    let client = cp.admin_client().await;
-    let ns = namespace(&client, "minimal").await;
-    let operator = namespaced_operator(cp, &ns);
-    apply_yaml(cp, &ns, &example("minimal.yaml"));
-
-    let agd = converged(&client, &ns, "support-bot").await;
+    let Deployed {
+        cp,
+        client,
+        ns,
+        operator,
+        agd,
+    } = Deployed::minimal("minimal").await;
     let uid = agd.metadata.uid.clone().unwrap();
     let found = children(&client, &ns, "support-bot").await;
     let names: Vec<&str> = found.keys().map(String::as_str).collect();
@@ -246,12 +235,13 @@ async fn minimal_example_gets_every_child_labelled_and_owned_then_a_resync_write
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_restart_changes_nothing() {
-    let cp = control_plane();
-    let client = cp.admin_client().await;
-    let ns = namespace(&client, "restart").await;
-    let mut operator = namespaced_operator(cp, &ns);
-    apply_yaml(cp, &ns, &example("managed-dependencies.yaml"));
-    converged(&client, &ns, "research-agent").await;
+    let Deployed {
+        cp,
+        client,
+        ns,
+        mut operator,
+        ..
+    } = Deployed::example("restart", "managed-dependencies.yaml", "research-agent").await;
     // Without a node the pods stay Pending: this is the state the status settles in.
     let agd = wait_for_agd(&client, &ns, "research-agent", "a settled status", |a| {
         a.status.as_ref().is_some_and(|s| {
@@ -292,10 +282,12 @@ async fn an_operator_restart_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_image_is_a_new_revision_and_pods_that_serve_nothing_are_replaced_at_once() {
-    let cp = control_plane();
-    let client = cp.admin_client().await;
-    let ns = namespace(&client, "update").await;
-    let _operator = namespaced_operator(cp, &ns);
+    let Scenario {
+        cp,
+        client,
+        ns,
+        operator: _operator,
+    } = Scenario::new("update").await;
     apply_yaml(cp, &ns, &example("minimal.yaml"));
     let first = wait_for_agd(&client, &ns, "support-bot", "a first revision", |a| {
         observed_current(a)
@@ -357,7 +349,7 @@ async fn a_new_image_is_a_new_revision_and_pods_that_serve_nothing_are_replaced_
     );
     // No node runs the pods here: they serve nothing, so the rollout
     // replaces them without waiting for a drain, and they come back at
-    // the new revision (the rollout under load is tests/operator_rollout.rs).
+    // the new revision (the rollout under load is tests/tests/operator_rollout.rs).
     let revision = updated.status.unwrap().update_revision.unwrap();
     baton_testkit::poll_async_every(POLL, CONVERGE, "the pods at the new revision", || {
         let pods = pods.clone();
@@ -389,12 +381,13 @@ fn env_secret(sts: &StatefulSet, var: &str) -> Option<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_every_store_to_external_prunes_the_managed_ones_and_waits_for_their_secrets() {
-    let cp = control_plane();
-    let client = cp.admin_client().await;
-    let ns = namespace(&client, "external").await;
-    let _operator = namespaced_operator(cp, &ns);
-    apply_yaml(cp, &ns, &example("minimal.yaml"));
-    converged(&client, &ns, "support-bot").await;
+    let Deployed {
+        cp,
+        client,
+        ns,
+        operator: _operator,
+        ..
+    } = Deployed::minimal("external").await;
     assert_eq!(
         children(&client, &ns, "support-bot").await.len(),
         ALL_MANAGED.len()
@@ -583,12 +576,13 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn specs_only_the_rust_rules_catch_are_refused_with_every_violation_and_nothing_changes() {
-    let cp = control_plane();
-    let client = cp.admin_client().await;
-    let ns = namespace(&client, "invalid").await;
-    let operator = namespaced_operator(cp, &ns);
-    apply_yaml(cp, &ns, &example("minimal.yaml"));
-    converged(&client, &ns, "support-bot").await;
+    let Deployed {
+        cp,
+        client,
+        ns,
+        operator,
+        ..
+    } = Deployed::minimal("invalid").await;
     let before = applied(&children(&client, &ns, "support-bot").await);
 
     // Each of these passes the API server's schema and CEL rules.
@@ -746,12 +740,13 @@ async fn invalid_fixtures_are_refused_by_the_api_server_or_marked_invalid_spec()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_resource_garbage_collects_every_child() {
-    let cp = control_plane();
-    let client = cp.admin_client().await;
-    let ns = namespace(&client, "delete").await;
-    let _operator = namespaced_operator(cp, &ns);
-    apply_yaml(cp, &ns, &example("minimal.yaml"));
-    converged(&client, &ns, "support-bot").await;
+    let Deployed {
+        cp,
+        client,
+        ns,
+        operator: _operator,
+        ..
+    } = Deployed::minimal("delete").await;
     kubectl_ok(cp, &["delete", "agd", "support-bot", "-n", &ns], None);
     let client2 = client.clone();
     let ns2 = ns.clone();
@@ -775,12 +770,13 @@ async fn deleting_the_resource_garbage_collects_every_child() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_scale_moves_the_replica_stateful_set_down_to_zero_and_back() {
-    let cp = control_plane();
-    let client = cp.admin_client().await;
-    let ns = namespace(&client, "scale").await;
-    let _operator = namespaced_operator(cp, &ns);
-    apply_yaml(cp, &ns, &example("minimal.yaml"));
-    converged(&client, &ns, "support-bot").await;
+    let Deployed {
+        cp,
+        client,
+        ns,
+        operator: _operator,
+        ..
+    } = Deployed::minimal("scale").await;
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     for replicas in [3, 0, 2] {
         kubectl_ok(

@@ -4,8 +4,6 @@
 //! run with a ServiceAccount token bound to exactly the RBAC that
 //! `baton operator rbac` generates.
 
-#![allow(dead_code)]
-
 pub mod node;
 
 use std::io::Write;
@@ -20,14 +18,7 @@ use baton_testkit::{free_port, poll_async_every};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
-pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
-pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// How long the tests wait for the operator to converge; generous for a
-/// loaded 2-core machine, never slept.
-pub const CONVERGE: Duration = Duration::from_secs(60);
-/// Pause between reads of the API server while waiting.
-pub const POLL: Duration = Duration::from_millis(100);
+pub use crate::{CONVERGE, POLL, REPO, baton};
 
 static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
@@ -186,7 +177,7 @@ impl Operator {
         let metrics_port = free_port();
         // BATON_TEST_OPERATOR_BINARY: another build of `baton` (the bench
         // compares the image's binary with the host build).
-        let binary = std::env::var("BATON_TEST_OPERATOR_BINARY").unwrap_or_else(|_| BATON.into());
+        let binary = std::env::var("BATON_TEST_OPERATOR_BINARY").unwrap_or_else(|_| baton().into());
         let mut cmd = Command::new(binary);
         cmd.arg("operator")
             .arg("--kubeconfig")
@@ -345,4 +336,91 @@ pub fn condition(agd: &AgentDeployment, type_: &str) -> Option<(String, String, 
 
 pub fn observed_current(agd: &AgentDeployment) -> bool {
     agd.status.as_ref().and_then(|s| s.observed_generation) == agd.metadata.generation
+}
+
+/// A test's own namespace on the binary's control plane, with an operator
+/// watching only it (the namespaced RBAC).
+pub struct Scenario {
+    pub cp: &'static ControlPlane,
+    pub client: kube::Client,
+    pub ns: String,
+    pub operator: Operator,
+}
+
+impl Scenario {
+    /// A namespace named after `prefix` and its operator.
+    pub async fn new(prefix: &str) -> Self {
+        let cp = control_plane();
+        let client = cp.admin_client().await;
+        let ns = namespace(&client, prefix).await;
+        let operator = namespaced_operator(cp, &ns);
+        Self {
+            cp,
+            client,
+            ns,
+            operator,
+        }
+    }
+
+    /// Applies `manifests/examples/<file>` into the namespace.
+    pub fn apply_example(&self, file: &str) {
+        apply_yaml(self.cp, &self.ns, &example(file));
+    }
+
+    /// Waits for the operator to write a current status with a Ready
+    /// condition on `name`.
+    pub async fn converged(&self, name: &str) -> AgentDeployment {
+        converged(&self.client, &self.ns, name).await
+    }
+}
+
+/// A [`Scenario`] with an example applied and converged: the state most
+/// operator tests start from.
+pub struct Deployed {
+    pub cp: &'static ControlPlane,
+    pub client: kube::Client,
+    pub ns: String,
+    pub operator: Operator,
+    /// The resource as first converged.
+    pub agd: AgentDeployment,
+}
+
+impl Deployed {
+    /// `manifests/examples/<file>` (whose resource is `name`), converged in
+    /// a namespace named after `prefix`.
+    pub async fn example(prefix: &str, file: &str, name: &str) -> Self {
+        let scenario = Scenario::new(prefix).await;
+        scenario.apply_example(file);
+        let agd = scenario.converged(name).await;
+        let Scenario {
+            cp,
+            client,
+            ns,
+            operator,
+        } = scenario;
+        Self {
+            cp,
+            client,
+            ns,
+            operator,
+            agd,
+        }
+    }
+
+    /// The smallest example (`minimal.yaml`: `support-bot`).
+    pub async fn minimal(prefix: &str) -> Self {
+        Self::example(prefix, "minimal.yaml", "support-bot").await
+    }
+}
+
+/// Waits for the operator to write a current status with a Ready condition.
+pub async fn converged(client: &kube::Client, ns: &str, name: &str) -> AgentDeployment {
+    wait_for_agd(
+        client,
+        ns,
+        name,
+        "the operator to write a current status",
+        |agd| observed_current(agd) && condition(agd, "Ready").is_some(),
+    )
+    .await
 }

@@ -11,7 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 
-use super::{BATON, control_plane};
+use super::{baton, control_plane};
 
 /// A sidecar image that stands in for a future build writing another data
 /// layout (3): `baton` run with `BATON_DATA_LAYOUT=3`.
@@ -45,12 +45,12 @@ pub fn node() -> &'static TestNode {
                 let next = work_dir.path().join("baton-next");
                 std::fs::write(
                     &next,
-                    format!("#!/bin/sh\nBATON_DATA_LAYOUT=3 exec {BATON} \"$@\"\n"),
+                    format!("#!/bin/sh\nBATON_DATA_LAYOUT=3 exec {} \"$@\"\n", baton()),
                 )
                 .unwrap();
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
-                let images = ImageTable::standard(BATON)
+                let images = ImageTable::standard(baton())
                     .with(NEXT_LAYOUT_IMAGE, Runner::Baton { binary: next });
                 let config = NodeConfig::new("node-0", work_dir.path(), images);
                 TestNode::start(client, config)

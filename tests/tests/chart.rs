@@ -12,7 +12,7 @@ use std::process::Command;
 use serde_yaml::Value;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn chart() -> PathBuf {

@@ -4,7 +4,7 @@
 //! deployment's `AgentDeployment`. No operator runs here: the test writes
 //! the status one would.
 
-mod operator_support;
+use baton_e2e::operator_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -212,7 +212,7 @@ fn start_dashboard(
     dir: &std::path::Path,
     env: &[(&str, &str)],
 ) -> (KillOnDrop, String) {
-    let mut child = Command::new(BATON)
+    let mut child = Command::new(baton())
         .args(["dashboard", "--listen", "127.0.0.1:0", "--kubernetes"])
         .arg("--sqlite-path")
         .arg(dir.join("baton.db"))

@@ -9,15 +9,13 @@
 //! Needs python3, node and `tsc` on PATH (`scripts/setup-test-deps` links
 //! the TypeScript of the example's lock file).
 
+use baton_e2e::{REPO, baton};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-
-const BATON: &str = env!("CARGO_BIN_EXE_baton");
-const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 /// Child processes killed when the test ends, whatever its outcome.
 #[derive(Default)]
@@ -52,7 +50,7 @@ fn start(processes: &mut Processes, mut cmd: Command, what: &str) -> String {
 }
 
 fn sidecar(dir: &Path, replica: &str, agent_url: &str) -> Command {
-    let mut cmd = Command::new(BATON);
+    let mut cmd = Command::new(baton());
     cmd.arg("sidecar")
         .arg(format!("--replica-id={replica}"))
         .arg("--listen=127.0.0.1:0")

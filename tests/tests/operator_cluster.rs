@@ -4,7 +4,7 @@
 //! with a clean shutdown, a right taken out of the role, and objects the
 //! Rust types cannot read under a CRD without validation.
 
-mod operator_support;
+use baton_e2e::operator_support;
 
 use std::time::{Duration, Instant};
 

@@ -5,14 +5,14 @@
 //! many answers are BUSY depends on timing; that the turn ran once does
 //! not).
 
-mod support;
+use baton_e2e::support;
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 use support::*;
 
-const README: &str = include_str!("../README.md");
+const README: &str = include_str!("../../README.md");
 
 /// The commands (`$ ` lines) of the first text block after the line that
 /// starts with `step`, each with the output lines the README shows for it.

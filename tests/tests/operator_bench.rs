@@ -17,7 +17,7 @@
 //! There is no node: the replica pods stay Pending, as the StatefulSet
 //! controller creates them (that load on the API server is part of the run).
 
-mod operator_support;
+use baton_e2e::operator_support;
 
 use std::time::{Duration, Instant};
 

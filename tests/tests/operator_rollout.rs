@@ -17,7 +17,7 @@
 //! over a plain StatefulSet `RollingUpdate` of the same pods is the
 //! baseline; both are printed side by side (see BENCHMARKS.md).
 
-mod operator_support;
+use baton_e2e::operator_support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -316,7 +316,7 @@ struct Bench(tokio::process::Child);
 
 impl Bench {
     fn start(url: &str, prefix: &str, seconds: u32) -> Self {
-        let child = tokio::process::Command::new(BATON)
+        let child = tokio::process::Command::new(baton())
             .args(["bench", "--url", url, "--verify", "--json"])
             .args(["--sessions", &SESSIONS.to_string()])
             .args(["--concurrency", &CLIENTS.to_string()])
@@ -805,7 +805,7 @@ fn a_broken_version_stops_after_one_pod_and_applying_the_old_spec_rolls_back() {
             assert_eq!(now[pod], before[pod], "{pod} was touched");
         }
         assert_eq!(agd.status.as_ref().unwrap().ready_replicas, 2);
-        let status = baton(&[
+        let status = run_baton(&[
             "rollout",
             "status",
             "agd/broken",
@@ -826,7 +826,7 @@ fn a_broken_version_stops_after_one_pod_and_applying_the_old_spec_rolls_back() {
             assert_eq!(now[pod], before[pod], "{pod} was replaced by the rollback");
         }
         assert_eq!(back.status.unwrap().update_revision, first_revision);
-        let status = baton(&[
+        let status = run_baton(&[
             "rollout",
             "status",
             "agd/broken",
@@ -842,8 +842,8 @@ fn a_broken_version_stops_after_one_pod_and_applying_the_old_spec_rolls_back() {
 }
 
 /// Runs `baton` with the control plane's kubeconfig; (success, output).
-fn baton(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(BATON)
+fn run_baton(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(baton())
         .args(args)
         .env("KUBECONFIG", control_plane().kubeconfig())
         .output()
@@ -926,7 +926,7 @@ fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_fir
                 })
         })
         .await;
-        let paused = baton(&["rollout", "pause", "agd/pause", "-n", ns]);
+        let paused = run_baton(&["rollout", "pause", "agd/pause", "-n", ns]);
         assert!(paused.0, "{}", paused.1);
         let agd = wait_agd(ns, name, "the rollout paused", ROLLOUT, |a| {
             observed_current(a) && rollout_phase(a) == Some(RolloutPhase::Paused)
@@ -957,11 +957,11 @@ fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_fir
             draining.as_ref().is_none_or(Vec::is_empty),
             "a pod is draining while paused: {draining:?}"
         );
-        let line = baton(&["rollout", "status", "agd/pause", "-n", ns, "--no-watch"]);
+        let line = run_baton(&["rollout", "status", "agd/pause", "-n", ns, "--no-watch"]);
         assert!(line.0 && line.1.contains("Paused"), "{}", line.1);
-        let resumed = baton(&["rollout", "resume", "agd/pause", "-n", ns]);
+        let resumed = run_baton(&["rollout", "resume", "agd/pause", "-n", ns]);
         assert!(resumed.0, "{}", resumed.1);
-        let status = baton(&[
+        let status = run_baton(&[
             "rollout",
             "status",
             "agd/pause",
@@ -978,7 +978,7 @@ fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_fir
 
         // restart: a new revision of the same spec, rolled the same way.
         let revision = agd.status.as_ref().unwrap().update_revision.clone();
-        let restarted = baton(&["rollout", "restart", "agd/pause", "-n", ns]);
+        let restarted = run_baton(&["rollout", "restart", "agd/pause", "-n", ns]);
         assert!(restarted.0, "{}", restarted.1);
         wait_agd(ns, name, "a new revision rolled out", ROLLOUT, |a| {
             settled(a, 3) && a.status.as_ref().unwrap().update_revision != revision

@@ -4,7 +4,7 @@
 //! the embedded stores, on real Redis + Postgres + SeaweedFS, and on the
 //! same with a Redis Cluster (three masters, a replica each) for Redis.
 
-mod support;
+use baton_e2e::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

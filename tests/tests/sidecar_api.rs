@@ -1,7 +1,7 @@
 //! The sidecar's HTTP API against hostile and broken input, authentication,
 //! agent failures and drain — one live sidecar + reference agent process.
 
-mod support;
+use baton_e2e::support;
 
 use serde_json::{Value, json};
 use support::{Replica, serial};
@@ -142,7 +142,7 @@ async fn bad_input_gets_the_documented_4xx_and_loses_nothing() {
 
     // Session ids the runtime refuses (control characters, more than 256
     // bytes), percent-encoded so they reach the router intact. Braces,
-    // colons, slashes and spaces are ids like any other (tests/acceptance.rs).
+    // colons, slashes and spaces are ids like any other (tests/tests/acceptance.rs).
     let long_id = "s".repeat(10 * 1024);
     for id in ["%00", "a%0Ab", "%7F", &"s".repeat(257), long_id.as_str()] {
         let (status, body, _) = send(http.post(turns(id)).json(&json!({ "input": "hi" }))).await;

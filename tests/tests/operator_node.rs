@@ -9,7 +9,7 @@
 //! Each example runs with 2 replicas (the examples ask for up to 5; two are
 //! what a conversation across replicas needs, on a 2-core machine).
 
-mod operator_support;
+use baton_e2e::operator_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

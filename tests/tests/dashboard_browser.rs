@@ -6,7 +6,7 @@
 //! CSRF-less actions, and hostile text shown as text. Screenshots of every
 //! page land in `target/tmp/dashboard-screenshots/<stores>/`.
 
-mod support;
+use baton_e2e::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! gate, a foreign page's form that runs a turn. Each test fails on a
 //! build that has the hole.
 
-mod support;
+use baton_e2e::support;
 
 use std::io::{Read as _, Write as _};
 use std::time::Duration;
@@ -502,7 +502,7 @@ async fn baton_devs_own_routes_pass_the_dashboards_gate_and_are_audited() {
     // The operator's token, from the CLI (read from a file, not argv).
     let token_file = dir.path().join("operator.token");
     std::fs::write(&token_file, OPERATOR_TOKEN).unwrap();
-    let out = std::process::Command::new(BATON)
+    let out = std::process::Command::new(baton())
         .args(["dev", "rollout", "--url", &dev.url])
         .env("BATON_DASHBOARD_TOKEN_FILE", &token_file)
         .output()

@@ -3,7 +3,7 @@
 //! heartbeat into a false failover, and a lease a replica holds for a turn
 //! it no longer runs is reclaimed at once.
 
-mod support;
+use baton_e2e::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

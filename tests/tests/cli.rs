@@ -4,19 +4,20 @@
 //! Rendered manifests are checked by `kubernetes-validate --strict` against
 //! the Kubernetes 1.33 schemas (PyPI, offline); `scripts/test` installs it.
 
+use baton_e2e::baton as baton_binary;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
+        .join("..")
         .canonicalize()
         .unwrap()
 }
 
 fn baton(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_baton"))
+    Command::new(baton_binary())
         .args(args)
         .current_dir(repo())
         .output()
@@ -24,7 +25,7 @@ fn baton(args: &[&str]) -> Output {
 }
 
 fn baton_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+    let mut child = Command::new(baton_binary())
         .args(args)
         .current_dir(repo())
         .stdin(Stdio::piped())
@@ -375,7 +376,7 @@ fn yaml_bombs_do_not_blow_up() {
 #[test]
 fn the_reference_agent_serves_the_agent_contract() {
     use std::io::{BufRead, BufReader, Read};
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_baton"))
+    let mut agent = Command::new(baton_binary())
         .args(["agent", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .spawn()
@@ -465,7 +466,7 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
         store.commit(&commit).await.unwrap();
     });
 
-    let mut dashboard = Command::new(env!("CARGO_BIN_EXE_baton"))
+    let mut dashboard = Command::new(baton_binary())
         .args(["dashboard", "--listen", "127.0.0.1:0", "--sqlite-path"])
         .arg(&db)
         .env_remove("BATON_REDIS_URL")
@@ -549,7 +550,7 @@ fn help_describes_every_flag_and_echoes_no_secret() {
         &["dashboard", "--help"],
         &["operator", "--help"],
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_baton"))
+        let output = Command::new(baton_binary())
             .args(command)
             .envs(secrets)
             .output()

@@ -22,6 +22,7 @@
 //! image-test`) and names it in `BATON_TEST_IMAGE` (`<layout>:<tag>`), so
 //! this suite's clock never includes a build.
 
+use baton_e2e::{POLL, REPO};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::LazyLock;
@@ -39,9 +40,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const POLL: Duration = Duration::from_millis(200);
-const CONVERGE: Duration = Duration::from_secs(120);
+/// An install pulls more than one reconcile does (images unpacked, every
+/// chart object created): twice the operator suites' wait.
+const INSTALL_CONVERGE: Duration = Duration::from_secs(120);
 const RELEASE_NAMESPACE: &str = "baton-system";
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
@@ -167,15 +168,20 @@ fn kubectl(args: &[&str]) -> String {
 /// one of its pods holds the leader Lease; returns the leader's name.
 async fn operator_leads(client: &kube::Client, deployment: &str) -> String {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
-    let ready = poll_async_every(POLL, CONVERGE, "the operator Deployment ready", || {
-        let deployments = deployments.clone();
-        async move {
-            let d = deployments.get_opt(deployment).await.ok().flatten()?;
-            let status = d.status?;
-            (status.ready_replicas == Some(2)).then_some(())
-        }
-    });
-    if tokio::time::timeout(CONVERGE + Duration::from_secs(5), ready)
+    let ready = poll_async_every(
+        POLL,
+        INSTALL_CONVERGE,
+        "the operator Deployment ready",
+        || {
+            let deployments = deployments.clone();
+            async move {
+                let d = deployments.get_opt(deployment).await.ok().flatten()?;
+                let status = d.status?;
+                (status.ready_replicas == Some(2)).then_some(())
+            }
+        },
+    );
+    if tokio::time::timeout(INSTALL_CONVERGE + Duration::from_secs(5), ready)
         .await
         .is_err()
     {
@@ -184,20 +190,25 @@ async fn operator_leads(client: &kube::Client, deployment: &str) -> String {
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
     let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
-    poll_async_every(POLL, CONVERGE, "an operator pod holds the Lease", || {
-        let (pods, leases) = (pods.clone(), leases.clone());
-        async move {
-            let holder = leases
-                .get_opt("baton-operator")
-                .await
-                .ok()
-                .flatten()?
-                .spec?
-                .holder_identity?;
-            let pod = pods.get_opt(&holder).await.ok().flatten()?;
-            pod.metadata.name.filter(|n| n.starts_with(deployment))
-        }
-    })
+    poll_async_every(
+        POLL,
+        INSTALL_CONVERGE,
+        "an operator pod holds the Lease",
+        || {
+            let (pods, leases) = (pods.clone(), leases.clone());
+            async move {
+                let holder = leases
+                    .get_opt("baton-operator")
+                    .await
+                    .ok()
+                    .flatten()?
+                    .spec?
+                    .holder_identity?;
+                let pod = pods.get_opt(&holder).await.ok().flatten()?;
+                pod.metadata.name.filter(|n| n.starts_with(deployment))
+            }
+        },
+    )
     .await
 }
 
@@ -219,19 +230,24 @@ async fn example_becomes_ready(client: &kube::Client, ns: &str) {
         &format!("{REPO}/manifests/examples/minimal.yaml"),
     ]);
     let api: Api<AgentDeployment> = Api::namespaced(client.clone(), ns);
-    let ready = poll_async_every(POLL, CONVERGE, "the example AgentDeployment Ready", || {
-        let api = api.clone();
-        async move {
-            let agd = api.get_opt("support-bot").await.ok().flatten()?;
-            let status = agd.status?;
-            let ready = status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            (ready && status.ready_replicas == 2).then_some(())
-        }
-    });
-    if tokio::time::timeout(CONVERGE + Duration::from_secs(5), ready)
+    let ready = poll_async_every(
+        POLL,
+        INSTALL_CONVERGE,
+        "the example AgentDeployment Ready",
+        || {
+            let api = api.clone();
+            async move {
+                let agd = api.get_opt("support-bot").await.ok().flatten()?;
+                let status = agd.status?;
+                let ready = status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                (ready && status.ready_replicas == 2).then_some(())
+            }
+        },
+    );
+    if tokio::time::timeout(INSTALL_CONVERGE + Duration::from_secs(5), ready)
         .await
         .is_err()
     {
@@ -248,7 +264,7 @@ async fn example_deleted_keeping_its_data(client: &kube::Client, ns: &str) {
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    poll_async_every(POLL, CONVERGE, "the example's pods gone", || {
+    poll_async_every(POLL, INSTALL_CONVERGE, "the example's pods gone", || {
         let pods = pods.clone();
         async move {
             let list = pods.list(&ListParams::default()).await.ok()?;
@@ -274,24 +290,29 @@ async fn example_deleted_keeping_its_data(client: &kube::Client, ns: &str) {
 /// network namespace) lists the example, read with its ServiceAccount.
 async fn dashboard_lists(client: &kube::Client, example_namespace: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
-    let listed = poll_async_every(POLL, CONVERGE, "the dashboard lists the example", || {
-        let pods = pods.clone();
-        async move {
-            let list = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/component=dashboard"))
-                .await
-                .ok()?;
-            let pod = list.items.first()?.metadata.name.clone()?;
-            let netns = CLUSTER.node.netns_of(RELEASE_NAMESPACE, &pod)?;
-            let out = Command::new("ip")
-                .args(["netns", "exec", &netns, "curl", "-sf", "--max-time", "5"])
-                .arg("http://127.0.0.1:7080/dashboard/replicas")
-                .output()
-                .ok()?;
-            let page = String::from_utf8_lossy(&out.stdout).into_owned();
-            (page.contains("support-bot") && page.contains(example_namespace)).then_some(page)
-        }
-    })
+    let listed = poll_async_every(
+        POLL,
+        INSTALL_CONVERGE,
+        "the dashboard lists the example",
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels("app.kubernetes.io/component=dashboard"))
+                    .await
+                    .ok()?;
+                let pod = list.items.first()?.metadata.name.clone()?;
+                let netns = CLUSTER.node.netns_of(RELEASE_NAMESPACE, &pod)?;
+                let out = Command::new("ip")
+                    .args(["netns", "exec", &netns, "curl", "-sf", "--max-time", "5"])
+                    .arg("http://127.0.0.1:7080/dashboard/replicas")
+                    .output()
+                    .ok()?;
+                let page = String::from_utf8_lossy(&out.stdout).into_owned();
+                (page.contains("support-bot") && page.contains(example_namespace)).then_some(page)
+            }
+        },
+    )
     .await;
     assert!(
         listed.contains("Deployments") || listed.contains("AgentDeployment"),
@@ -494,7 +515,7 @@ fn the_images_operator_reconciles_as_non_root_on_a_read_only_root_filesystem() {
         let agd: AgentDeployment = serde_yaml::from_str(&example).unwrap();
         let agds: Api<AgentDeployment> = Api::namespaced(client.clone(), "agents-ro");
         agds.create(&PostParams::default(), &agd).await.unwrap();
-        let deadline = Instant::now() + CONVERGE;
+        let deadline = Instant::now() + INSTALL_CONVERGE;
         while Instant::now() < deadline {
             let agd = agds.get("support-bot").await.unwrap();
             let status = agd.status.as_ref();
@@ -519,7 +540,8 @@ fn the_images_operator_reconciles_as_non_root_on_a_read_only_root_filesystem() {
     let _ = operator.kill();
     let _ = operator.wait();
     let log = std::fs::read_to_string(&log).unwrap_or_default();
-    let sets = reconciled.unwrap_or_else(|| panic!("no status within {CONVERGE:?}:\n{log}"));
+    let sets =
+        reconciled.unwrap_or_else(|| panic!("no status within {INSTALL_CONVERGE:?}:\n{log}"));
     assert!(still_running, "the operator exited:\n{log}");
     assert!(
         sets.iter().any(|s| s == "support-bot"),
@@ -600,7 +622,7 @@ fn helm_install_then_install_bundle_reconcile_an_example_to_ready() {
             "Helm keeps the CRD"
         );
         example_deleted_keeping_its_data(&client, "agents-helm").await;
-        poll_async_every(POLL, CONVERGE, "the operator pods gone", || {
+        poll_async_every(POLL, INSTALL_CONVERGE, "the operator pods gone", || {
             let pods = pods.clone();
             async move {
                 let list = pods.list(&ListParams::default()).await.ok()?;

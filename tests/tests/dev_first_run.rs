@@ -3,7 +3,7 @@
 //! replica logs without a line per turn, and a replica setting the sidecar
 //! refuses stopping `baton dev` with that error instead of a restart loop.
 
-mod support;
+use baton_e2e::support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ fn run_dev_until_exit(
     limit: Duration,
 ) -> Option<(std::process::ExitStatus, String)> {
     let out = tempfile::NamedTempFile::new().unwrap();
-    let mut child = Command::new(BATON)
+    let mut child = Command::new(baton())
         .arg("dev")
         .arg(format!("--listen=127.0.0.1:{}", baton_testkit::free_port()))
         .arg("--data-dir")
@@ -62,7 +62,7 @@ async fn a_second_baton_dev_on_one_data_directory_is_refused_until_the_first_is_
     let data_dir = first.data_dir.clone();
     assert!(data_dir.join("baton-dev.lock").exists());
     let port = baton_testkit::free_port();
-    let mut again = Command::new(BATON)
+    let mut again = Command::new(baton())
         .arg("dev")
         .arg(format!("--listen=127.0.0.1:{port}"))
         .arg("--data-dir")

@@ -1,14 +1,17 @@
 //! The documentation stands on its own: every relative link of the README,
-//! `docs/` and `charts/` Markdown resolves to a file of the repository (and
-//! its `#anchor` to a heading there), and nothing points outside the
-//! repository's tree.
+//! BENCHMARKS.md and the Markdown of `docs/`, `charts/` and `web/` resolves
+//! to a file of the repository (and its `#anchor` to a heading there), and
+//! nothing points outside the repository's tree.
 
 use std::path::{Path, PathBuf};
 
-const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+use baton_e2e::REPO;
 
 fn markdown_files() -> Vec<PathBuf> {
-    let mut files = vec![PathBuf::from(REPO).join("README.md")];
+    let mut files = vec![
+        PathBuf::from(REPO).join("README.md"),
+        PathBuf::from(REPO).join("BENCHMARKS.md"),
+    ];
     let mut dirs = vec![
         PathBuf::from(REPO).join("docs"),
         PathBuf::from(REPO).join("charts"),

@@ -2,7 +2,6 @@
 //! processes (sidecar + reference agent), on the embedded stores or on real
 //! Redis (one server, or a Redis Cluster of three masters with a replica
 //! each) + Postgres + SeaweedFS started by the test itself.
-#![allow(dead_code)]
 
 pub mod browser;
 
@@ -23,7 +22,7 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().await
 }
 
-pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
+pub use crate::baton;
 
 /// Which stores a cluster runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,7 +206,7 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("dev.log")).expect("log file");
-        let mut cmd = Command::new(BATON);
+        let mut cmd = Command::new(baton());
         cmd.arg("dev")
             .arg(format!("--listen=127.0.0.1:{port}"))
             .arg(format!("--replicas={}", options.replicas))
@@ -388,7 +387,7 @@ impl Cluster {
 
     /// Runs `baton bench` against the front door and returns its JSON report.
     pub fn bench(&self, extra: &[&str]) -> std::process::Child {
-        Command::new(BATON)
+        Command::new(baton())
             .arg("bench")
             .arg(format!("--url={}", self.url))
             .arg("--json")
@@ -401,7 +400,7 @@ impl Cluster {
     }
 
     pub fn rollout(&self) -> std::process::Output {
-        Command::new(BATON)
+        Command::new(baton())
             .args(["dev", "rollout", "--url", &self.url])
             .output()
             .expect("baton dev rollout runs")
@@ -514,7 +513,7 @@ impl Replica {
     /// Starts a replica and waits until `probe` answers 200.
     pub async fn start_until(extra: &[&str], probe: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut agent = Command::new(BATON)
+        let mut agent = Command::new(baton())
             .args(["agent", "--listen=127.0.0.1:0"])
             .env("BATON_EXIT_WITH_PARENT", "1")
             .stdout(Stdio::piped())
@@ -522,7 +521,7 @@ impl Replica {
             .spawn()
             .expect("agent starts");
         let agent_url = listening_url(&mut agent, "agent");
-        let mut sidecar = Command::new(BATON)
+        let mut sidecar = Command::new(baton())
             .arg("sidecar")
             .arg("--replica-id=solo")
             .args(

@@ -11,7 +11,7 @@ use kube::core::cel::{CompiledSchema, compile_schema, validate_compiled};
 fn repo_file(path: &str) -> String {
     std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
+            .join("..")
             .join(path),
     )
     .unwrap()
