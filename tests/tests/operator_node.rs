@@ -255,22 +255,7 @@ async fn example_serves_a_conversation_on_external_stores() {
 
     apply_yaml(cp, &ns, SHARED_STORES);
     let stores = names(SHARED_STORES);
-    let agds: Api<AgentDeployment> = Api::namespaced(client.clone(), &ns);
-    baton_testkit::poll_async_every(
-        Duration::from_millis(250),
-        START,
-        "the shared stores to be ready",
-        || {
-            let agds = agds.clone();
-            async move {
-                let agd = agds.get_opt("shared-stores").await.ok().flatten()?;
-                condition(&agd, "StoresReady")
-                    .filter(|c| c.0 == "True")
-                    .map(|_| ())
-            }
-        },
-    )
-    .await;
+    wait_until_true(&client, &ns, "shared-stores", "StoresReady", START).await;
 
     // The example's Secrets, with the keys its comment names.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);

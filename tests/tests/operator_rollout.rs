@@ -60,22 +60,7 @@ async fn shared_namespace() -> &'static str {
         let ns = namespace(&client, "rollout").await;
         let _operator = operator(&ns, "stores");
         apply_yaml(cp, &ns, STORES);
-        let agds: Api<AgentDeployment> = Api::namespaced(client.clone(), &ns);
-        let ready = baton_testkit::poll_async_every(
-            Duration::from_millis(250),
-            START,
-            "the shared stores to be ready",
-            || {
-                let agds = agds.clone();
-                async move {
-                    let agd = agds.get_opt("stores").await.ok().flatten()?;
-                    condition(&agd, "StoresReady")
-                        .filter(|c| c.0 == "True")
-                        .map(|_| ())
-                }
-            },
-        );
-        ready.await;
+        wait_until_true(&client, &ns, "stores", "StoresReady", START).await;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
         for (from, to) in [
             ("stores-redis", "rollout-redis"),

@@ -424,3 +424,27 @@ pub async fn converged(client: &kube::Client, ns: &str, name: &str) -> AgentDepl
     )
     .await
 }
+
+/// Waits up to `within` until `name`'s condition `type_` is `True`
+/// (`StoresReady` of managed stores: longer than a reconcile, since their
+/// pods start).
+pub async fn wait_until_true(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    within: Duration,
+) -> AgentDeployment {
+    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), ns);
+    let what = format!("{name}: {type_}=True");
+    poll_async_every(Duration::from_millis(250), within, &what, || {
+        let api = api.clone();
+        async move {
+            let agd = api.get_opt(name).await.ok().flatten()?;
+            condition(&agd, type_)
+                .is_some_and(|c| c.0 == "True")
+                .then_some(agd)
+        }
+    })
+    .await
+}
