@@ -410,6 +410,9 @@ fn step(inputs: &Inputs<'_>) -> Plan {
             && plan.replace.is_empty()
             && starting.is_none()
             && draining_pod.is_none()
+            // A pod replaced just before the pause is not back yet: the
+            // rollout still finishes that one, so it is not between pods.
+            && missing == 0
         {
             RolloutPhase::Paused
         } else {
@@ -778,6 +781,30 @@ mod tests {
         let plan = case.plan();
         assert_eq!(plan.replace, ["demo-1"]);
         assert_eq!(plan.status.phase, RolloutPhase::Progressing);
+    }
+
+    #[test]
+    fn paused_right_after_a_replacement_is_paused_only_once_the_pod_is_back_and_ready() {
+        // demo-1 was deleted for the rollout just before the pause: the
+        // StatefulSet has not recreated it yet.
+        let mut case = Case::new(vec![pod(0, OLD, true), pod(2, NEW, true)]);
+        case.desired = 3;
+        case.live = 3;
+        case.paused = true;
+        let plan = case.plan();
+        assert!(plan.drain.is_empty());
+        assert_eq!(plan.status.phase, RolloutPhase::Progressing);
+        // Back, starting at the new revision.
+        case.pods.insert(1, pod(1, NEW, false));
+        let plan = case.plan();
+        assert_eq!(plan.status.phase, RolloutPhase::Progressing);
+        assert_eq!(plan.status.step, Some(RolloutStep::WaitingReady));
+        // Ready: now it stops between pods.
+        case.pods[1].ready = true;
+        let plan = case.plan();
+        assert!(plan.drain.is_empty());
+        assert_eq!(plan.status.phase, RolloutPhase::Paused);
+        assert!(plan.status.message.unwrap().contains("2/3"));
     }
 
     #[test]
