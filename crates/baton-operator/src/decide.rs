@@ -20,7 +20,7 @@ use baton_resources::{ChildKind, ChildObject, Platform};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::children::{self, ChildKey, Verified};
-use crate::observe::{self, ExternalSecret, Observation, Stage, World};
+use crate::observation::{self, ExternalSecret, Observation, Stage, World};
 use crate::rollout::{self, DrainProbe, ReplicaPod, Stall};
 use crate::rollout_io::LivePod;
 use crate::status::{self, Observed, Problem};
@@ -344,7 +344,7 @@ fn decide_valid(
     let status = Observed {
         generation: agd.metadata.generation,
         desired_replicas: agd.spec.replicas,
-        selector: Some(observe::selector(valid)),
+        selector: Some(observation::selector(valid)),
         problem: waiting_for_secret.then_some(Problem::ExternalSecretMissing(missing)),
         replicas,
         stores: world.stores.clone(),

@@ -15,10 +15,12 @@
 pub mod apply;
 pub mod caches;
 pub mod children;
+pub mod context;
 pub mod decide;
 mod http;
 pub mod leader;
 pub mod metrics;
+pub mod observation;
 pub mod observe;
 pub mod rbac;
 pub mod reconcile;
@@ -46,9 +48,9 @@ use kube::{Client, ResourceExt};
 use tracing::info;
 
 use crate::caches::Scope;
+use crate::context::Context;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::reconcile::Context;
 
 /// Flags and environment of `baton operator`.
 #[derive(clap::Args, Debug)]

@@ -5,8 +5,7 @@
 //! [`crate::rollout`] and [`crate::status`]), and the executor here performs
 //! them: the only place that writes to the API server or calls a sidecar.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_api::names::ChildNames;
@@ -16,20 +15,18 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::error_boundary::{DeserializeGuard, InvalidObject};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tracing::{Instrument as _, info, warn};
 
 use crate::apply;
-use crate::caches::Caches;
-use crate::children::{ChildKey, Verified};
-use crate::decide::{self, Decision, Note, Outcome, Requeue, RolloutActions, Settings};
-use crate::leader::Leadership;
-use crate::metrics::{Metrics, ResultLabel};
+pub use crate::context::{Context, Error};
+use crate::decide::{self, Decision, Note, Outcome, Requeue, RolloutActions};
+use crate::metrics::ResultLabel;
 use crate::observe::{self, Observation, Stage};
 use crate::rollout;
-use crate::rollout_io::{self, Sidecars};
+use crate::rollout_io;
 use crate::status::{self, Observed, Problem};
 
 /// How long a reconcile waits for the watch caches to be filled.
@@ -37,81 +34,6 @@ const CACHE_WAIT: Duration = Duration::from_secs(10);
 /// Backoff after a failed reconcile: doubles from the first to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_CAP: Duration = Duration::from_secs(120);
-
-/// Shared by every reconcile.
-pub struct Context {
-    pub client: Client,
-    pub caches: Caches,
-    pub recorder: Recorder,
-    pub metrics: Arc<Metrics>,
-    /// The sidecar image for resources that do not name one.
-    pub default_sidecar_image: Option<String>,
-    /// What decisions depend on: the platform's additions, the resync.
-    pub settings: Settings,
-    pub verified: Mutex<Verified>,
-    pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<AgentDeployment>>, u32>>,
-    /// Calls the sidecars' admin API (drain, handover) during a rollout.
-    pub sidecars: Sidecars,
-    /// Whether this instance may write (the leader, within its deadline).
-    pub leadership: Leadership,
-}
-
-impl Context {
-    /// Every write to the API server (and every drain of a pod) asks here
-    /// first: only a leader within its renewal deadline writes. Counted.
-    pub fn write(&self, verb: &'static str) -> Result<(), Error> {
-        self.leading(verb)?;
-        self.metrics.write(verb);
-        Ok(())
-    }
-
-    /// The leadership check alone, for acts that are not API writes
-    /// (asking a sidecar to drain again).
-    pub fn leading(&self, what: &'static str) -> Result<(), Error> {
-        if self.leadership.may_write() {
-            return Ok(());
-        }
-        self.metrics.refused_writes.inc();
-        warn!(what, "not the leader within its renewal deadline: refused");
-        Err(Error::NotLeader)
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-    #[error("applying {child}: {source}")]
-    Apply {
-        child: ChildKey,
-        source: kube::Error,
-    },
-    #[error("pruning {child}: {source}")]
-    Prune {
-        child: ChildKey,
-        source: kube::Error,
-    },
-    #[error(
-        "the watches of {} have not delivered a first list; is list/watch on them missing from the operator's role (baton operator rbac)?",
-        .0.join(", ")
-    )]
-    WatchNotReady(Vec<&'static str>),
-    #[error("this instance is not the leader within its renewal deadline")]
-    NotLeader,
-}
-
-impl Error {
-    /// The `error` label of the reconcile metric.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Kube(_) => "api",
-            Self::Apply { .. } => "apply",
-            Self::Prune { .. } => "prune",
-            Self::WatchNotReady(_) => "watch_not_ready",
-            Self::NotLeader => "not_leader",
-        }
-    }
-}
 
 /// The status time: whole seconds, as the API server stores it, so that a
 /// status read back compares equal to the one written.

@@ -4,7 +4,7 @@
 //! token, is audited, and answers with a redirect to the page that shows
 //! its result (`?done=<audit id>`). Refusals are JSON naming the rule.
 
-use crate::server::error::PageError;
+use crate::server::error::{PageError, refuse};
 use std::sync::Arc;
 
 use axum::Form;
@@ -12,25 +12,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::format::{session_path, url_encode};
 use crate::model::Viewer;
 use crate::server::{Dashboard, auth, data};
-
-/// A refusal in the JSON shape every Baton API answers: `{status, error}`
-/// with the outcome also in `x-baton-outcome`.
-pub(crate) fn refuse(status: StatusCode, outcome: &'static str, error: String) -> Response {
-    let mut response = (
-        status,
-        axum::Json(json!({ "status": outcome, "error": error })),
-    )
-        .into_response();
-    response
-        .headers_mut()
-        .insert("x-baton-outcome", HeaderValue::from_static(outcome));
-    response
-}
 
 /// Why an action was refused before it was tried.
 struct Refusal(StatusCode, &'static str, String);

@@ -6,8 +6,9 @@
 //! The words never hold a store URL or a password: a store failure names
 //! what was being read and the kind of error (the log has the detail).
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use serde_json::json;
 
 use crate::server::sidecars::SidecarError;
 
@@ -70,8 +71,22 @@ impl PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let (status, outcome) = self.status();
-        crate::server::actions::refuse(status, outcome, self.to_string())
+        refuse(status, outcome, self.to_string())
     }
+}
+
+/// A refusal in the JSON shape every Baton API answers: `{status, error}`
+/// with the outcome also in `x-baton-outcome`.
+pub(crate) fn refuse(status: StatusCode, outcome: &'static str, error: String) -> Response {
+    let mut response = (
+        status,
+        axum::Json(json!({ "status": outcome, "error": error })),
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert("x-baton-outcome", HeaderValue::from_static(outcome));
+    response
 }
 
 #[cfg(test)]

@@ -196,7 +196,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// within [`MAX_BODY_BYTES`] and [`baton_serve::BODY_READ_TIMEOUT`]: a
 /// body sent a byte at a time holds no handler.
 async fn bounded_body(request: Request, next: Next) -> Response {
-    let refuse = actions::refuse;
+    let refuse = error::refuse;
     let announced = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -264,7 +264,7 @@ pub fn loopback_host(host: &str) -> bool {
 
 /// A refusal of a request that came through the wrong door.
 fn wrong_door(message: String) -> Response {
-    actions::refuse(StatusCode::FORBIDDEN, "FORBIDDEN", message)
+    error::refuse(StatusCode::FORBIDDEN, "FORBIDDEN", message)
 }
 
 fn host_of(request: &Request) -> &str {
