@@ -164,6 +164,7 @@ fn store_stateful_set(
                             ..ContainerPort::default()
                         }]),
                         readiness_probe: Some(pod.readiness),
+                        startup_probe: Some(startup_probe(&pod.liveness)),
                         liveness_probe: Some(pod.liveness),
                         resources: store.resources.clone(),
                         volume_mounts: Some(vec![VolumeMount {
@@ -314,6 +315,18 @@ pub fn postgres(agd: &ValidAgentDeployment, creds: &Credentials) -> Option<Manag
         service: service(agd, App::Postgres, name, "postgres", ports::POSTGRES),
         stateful_set: store_stateful_set(agd, m, pod),
     })
+}
+
+/// The liveness check, asked every 2 s for up to 5 minutes until it first
+/// passes: a store that starts slowly (a loaded node, a long recovery) is
+/// not killed by its liveness probe before it ever served, and then killed
+/// again after every restart.
+fn startup_probe(liveness: &Probe) -> Probe {
+    Probe {
+        period_seconds: Some(2),
+        failure_threshold: Some(150),
+        ..liveness.clone()
+    }
 }
 
 fn minio_health(path: &str, period_seconds: i32) -> Probe {

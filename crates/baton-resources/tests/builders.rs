@@ -770,3 +770,31 @@ fn objects_come_out_in_the_apply_order_of_their_kinds() {
         );
     }
 }
+
+#[test]
+fn a_slow_managed_store_is_not_killed_before_it_first_answers() {
+    let state = render(&valid(MINIMAL));
+    for sts in state.stateful_sets.iter().filter(|s| {
+        s.metadata.name.as_deref().is_some_and(|n| {
+            n.ends_with("-redis") || n.ends_with("-postgres") || n.ends_with("-minio")
+        })
+    }) {
+        let name = sts.metadata.name.clone().unwrap_or_default();
+        let container = &sts
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        let liveness = container.liveness_probe.as_ref().expect("a liveness probe");
+        let startup = container.startup_probe.as_ref().expect("a startup probe");
+        // The same check, patient: 5 minutes before the first pass.
+        assert_eq!(startup.http_get, liveness.http_get, "{name}");
+        assert_eq!(startup.tcp_socket, liveness.tcp_socket, "{name}");
+        let patience = startup.period_seconds.unwrap() * startup.failure_threshold.unwrap();
+        assert!(patience >= 300, "{name}: {patience} s");
+    }
+}
