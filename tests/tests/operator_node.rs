@@ -58,33 +58,13 @@ fn ready_replicas(agd: &AgentDeployment) -> i32 {
 /// Waits for `Ready=True` with every replica ready, then checks what
 /// `kubectl get agd` prints for it.
 async fn wait_ready(ns: &str, name: &str, replicas: i32) -> AgentDeployment {
-    let client = control_plane().admin_client().await;
-    let api: Api<AgentDeployment> = Api::namespaced(client.clone(), ns);
-    let ready = async {
-        loop {
-            if let Some(agd) = api.get_opt(name).await.ok().flatten()
-                && observed_current(&agd)
-                && condition(&agd, "Ready").is_some_and(|c| c.0 == "True")
-                && ready_replicas(&agd) == replicas
-            {
-                return agd;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    };
-    let Ok(agd) = tokio::time::timeout(START, ready).await else {
-        let status = api
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|a| a.status);
-        eprintln!("{ns}/{name} status: {status:#?}");
-        node().print_pods(ns).await;
-        panic!(
-            "timed out after {START:?} waiting for {ns}/{name} Ready=True with {replicas} ready replicas"
-        );
-    };
+    let what = format!("Ready=True with {replicas} ready replicas");
+    let agd = wait_agd(ns, name, &what, START, |agd| {
+        observed_current(agd)
+            && condition(agd, "Ready").is_some_and(|c| c.0 == "True")
+            && ready_replicas(agd) == replicas
+    })
+    .await;
     let table = kubectl_ok(control_plane(), &["get", "agd", name, "-n", ns], None);
     eprintln!("{table}");
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();

@@ -130,42 +130,6 @@ async fn agds(ns: &str) -> Api<AgentDeployment> {
     Api::namespaced(control_plane().admin_client().await, ns)
 }
 
-/// Waits until `check` holds for the resource (reads every 250 ms).
-async fn wait_agd(
-    ns: &str,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    check: impl Fn(&AgentDeployment) -> bool,
-) -> AgentDeployment {
-    let api = agds(ns).await;
-    let found = tokio::time::timeout(timeout, async {
-        loop {
-            if let Some(agd) = api.get_opt(name).await.ok().flatten()
-                && check(&agd)
-            {
-                return agd;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    })
-    .await;
-    match found {
-        Ok(agd) => agd,
-        Err(_) => {
-            let status = api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|a| a.status);
-            eprintln!("{ns}/{name} status: {status:#?}");
-            node().print_pods(ns).await;
-            panic!("timed out after {timeout:?} waiting for {ns}/{name}: {what}");
-        }
-    }
-}
-
 fn rollout_phase(agd: &AgentDeployment) -> Option<RolloutPhase> {
     agd.status.as_ref()?.rollout.as_ref().map(|r| r.phase)
 }

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{LazyLock, OnceLock};
+use std::time::Duration;
 
+use baton_api::AgentDeployment;
 use baton_testnode::{ImageTable, NodeConfig, Runner, TestNode};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -91,4 +93,41 @@ pub async fn create_secret(
         .create(&PostParams::default(), &secret)
         .await
         .expect("secret created");
+}
+
+/// Waits until `check` holds for the resource (reads every 250 ms); on a
+/// timeout prints its status and the node's pods (their logs), then fails.
+pub async fn wait_agd(
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&AgentDeployment) -> bool,
+) -> AgentDeployment {
+    let api: Api<AgentDeployment> = Api::namespaced(control_plane().admin_client().await, ns);
+    let found = tokio::time::timeout(timeout, async {
+        loop {
+            if let Some(agd) = api.get_opt(name).await.ok().flatten()
+                && check(&agd)
+            {
+                return agd;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    match found {
+        Ok(agd) => agd,
+        Err(_) => {
+            let status = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|a| a.status);
+            eprintln!("{ns}/{name} status: {status:#?}");
+            node().print_pods(ns).await;
+            panic!("timed out after {timeout:?} waiting for {ns}/{name}: {what}");
+        }
+    }
 }
