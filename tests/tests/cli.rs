@@ -434,7 +434,7 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
     let db = dir.path().join("baton.db");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         use baton_session::*;
-        let store = sqlite::SqliteStore::open(&db).await.unwrap();
+        let store = baton_store_sqlite::SqliteStore::open(&db).await.unwrap();
         let replica = ReplicaId::new("replica-0").unwrap();
         store
             .heartbeat(&replica, std::time::Duration::from_secs(60))

@@ -42,7 +42,7 @@ async fn the_dashboard_shows_agent_deployments_and_records_actions_as_events() {
 
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("baton.db");
-    baton_session::sqlite::SqliteStore::open(&db).await.unwrap();
+    baton_store_sqlite::SqliteStore::open(&db).await.unwrap();
     let (_dashboard, base) = start_dashboard(cp, &ns, dir.path(), &[]);
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -140,7 +140,7 @@ ports:
     );
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("baton.db");
-    let store = baton_session::sqlite::SqliteStore::open(&db).await.unwrap();
+    let store = baton_store_sqlite::SqliteStore::open(&db).await.unwrap();
     let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     trap.set_nonblocking(true).unwrap();
     let trap_url = format!("http://{}", trap.local_addr().unwrap());

@@ -714,7 +714,7 @@ async fn the_dashboard_calls_no_sidecar_a_heartbeat_points_elsewhere() {
     let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     trap.set_nonblocking(true).unwrap();
     let trap_url = format!("http://{}", trap.local_addr().unwrap());
-    let store = baton_session::sqlite::SqliteStore::open(&dev.data_dir.join("baton.db"))
+    let store = baton_store_sqlite::SqliteStore::open(&dev.data_dir.join("baton.db"))
         .await
         .unwrap();
     store

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use baton_session::redis_ledger::RedisLedgerStore;
+use baton_ledger::RedisLedgerStore;
 use baton_session::*;
 use baton_testkit::{PostgresServer, RedisServer, free_port};
 use bytes::Bytes;
@@ -135,7 +135,7 @@ async fn serve() {
     let redis = std::env::var("BATON_BENCH_REDIS").unwrap();
     let database = std::env::var("BATON_BENCH_DATABASE").unwrap();
     let port: u16 = std::env::var("BATON_BENCH_PORT").unwrap().parse().unwrap();
-    let catalog = baton_session::catalog::RedisCatalog::connect(&redis, &database)
+    let catalog = baton_ledger::RedisCatalog::connect(&redis, &database)
         .await
         .unwrap();
     let dashboard = Arc::new(baton_web::server::Dashboard::new(

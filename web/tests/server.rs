@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
-use baton_session::sqlite::SqliteStore;
-use baton_session::workspace::{Manifest, WorkspaceStore};
 use baton_session::*;
+use baton_store_sqlite::SqliteStore;
 use baton_web::server::{Audit, Auth, Dashboard, Sidecars};
+use baton_workspace::{Manifest, WorkspaceStore};
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;

@@ -49,7 +49,7 @@ pub struct DevArgs {
     /// The workspace store; without `--s3-endpoint` a directory under
     /// `--data-dir`.
     #[command(flatten)]
-    pub s3: baton_session::cli::S3Args,
+    pub s3: baton_workspace::cli::S3Args,
 
     /// The replicas' protocol timings (as `baton sidecar` has them).
     #[command(flatten)]

@@ -235,22 +235,22 @@ async fn dashboard(
     use baton_web::server::{Audit, Catalog, Dashboard, Sidecars, auth_for};
     let catalog: Arc<dyn Catalog> = match (&args.redis_url, &args.database_url) {
         (Some(redis), Some(database)) => Arc::new(
-            baton_session::catalog::RedisCatalog::connect(redis, database)
+            baton_ledger::RedisCatalog::connect(redis, database)
                 .await
                 .context("the dashboard's Redis and Postgres")?,
         ),
         _ => {
             let db = args.data_dir.join("baton.db");
             Arc::new(
-                baton_session::sqlite::SqliteStore::open(&db)
+                baton_store_sqlite::SqliteStore::open(&db)
                     .await
                     .with_context(|| format!("embedded store {}", db.display()))?,
             )
         }
     };
     let workspaces = match args.s3.config() {
-        Some(config) => baton_session::workspace::WorkspaceStore::s3(&config),
-        None => baton_session::workspace::WorkspaceStore::local(&args.data_dir.join("objects")),
+        Some(config) => baton_workspace::WorkspaceStore::s3(&config),
+        None => baton_workspace::WorkspaceStore::local(&args.data_dir.join("objects")),
     }
     .context("the dashboard's workspace store")?;
     let dashboard = Arc::new(Dashboard::new(

@@ -3,26 +3,24 @@
 //! state, idempotent turns and a turn log. It knows nothing of Kubernetes or
 //! HTTP.
 //!
-//! Backends implement [`TurnStore`]: [`redis::RedisStore`] for production and
-//! [`sqlite::SqliteStore`] for one machine with no servers.
+//! This crate holds the rules and the types; the backends are crates of
+//! their own that implement [`TurnStore`] (and [`SessionCatalog`] where
+//! they can list sessions): `baton-store-redis` (the protocol on Redis),
+//! `baton-ledger` (the Postgres ledger, and the production store: Redis
+//! with that ledger), `baton-store-sqlite` (one machine, no servers).
+//! Workspace files are `baton-workspace`'s. `baton-session-contract` is
+//! the suite every backend runs.
 #![forbid(unsafe_code)]
 
-pub mod catalog;
-#[cfg(feature = "cli")]
-pub mod cli;
-pub mod collector;
+pub mod durable;
 pub mod id_encoding;
 pub mod ids;
-pub mod ledger;
 pub mod model;
 pub mod protocol;
-pub mod redis;
-pub mod redis_ledger;
-mod sql;
-pub mod sqlite;
+#[cfg(feature = "sql")]
+pub mod sql;
 pub mod store;
 pub mod turn_record;
-pub mod workspace;
 
 /// The layout of what replicas write to Redis and the ledger. Replicas of
 /// two layouts must not share a Redis (an older one does not keep the newer

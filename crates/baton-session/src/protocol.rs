@@ -6,6 +6,11 @@
 
 use std::time::Duration;
 
+/// Idempotency records kept per session: a retry of one of the last this
+/// many turns gets its stored result; an older one gets STALE. Every
+/// backend keeps as many.
+pub const RESULTS_RETAINED: u64 = 1024;
+
 /// What the store holds of a session when a turn begins.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {

@@ -1,4 +1,5 @@
-//! Reading columns without panicking: a value that does not decode as the
+//! For the backends built on sqlx (the Postgres ledger, the SQLite store):
+//! their migrations and reading columns without panicking: a value that does not decode as the
 //! schema says is corrupt data, reported as [`StoreError::Corrupt`], never a
 //! panic and never read as a default.
 
@@ -8,7 +9,7 @@ use crate::ids::SessionKey;
 use crate::model::{SessionSummary, TurnRecord};
 use crate::store::{StoreError, StoreResult};
 
-pub(crate) fn col<'r, R, T>(row: &'r R, name: &str) -> StoreResult<T>
+pub fn col<'r, R, T>(row: &'r R, name: &str) -> StoreResult<T>
 where
     R: Row,
     for<'a> &'a str: ColumnIndex<R>,
@@ -19,7 +20,7 @@ where
 }
 
 /// A counter column: an `i64` that must not be negative.
-pub(crate) fn counter<R>(row: &R, name: &str) -> StoreResult<u64>
+pub fn counter<R>(row: &R, name: &str) -> StoreResult<u64>
 where
     R: Row,
     for<'a> &'a str: ColumnIndex<R>,
@@ -31,7 +32,7 @@ where
 }
 
 /// A `turns` row (the same columns in SQLite and in the Postgres ledger).
-pub(crate) fn turn_record<R>(row: &R) -> StoreResult<TurnRecord>
+pub fn turn_record<R>(row: &R) -> StoreResult<TurnRecord>
 where
     R: Row,
     for<'a> &'a str: ColumnIndex<R>,
@@ -57,7 +58,7 @@ where
 /// A session-list row: `tenant, session, last_version, last_turn_seq,
 /// last_replica, last_turn_at_ms, turn_count` (the SQLite query aliases its
 /// columns to these names).
-pub(crate) fn session_summary<R>(row: &R) -> StoreResult<SessionSummary>
+pub fn session_summary<R>(row: &R) -> StoreResult<SessionSummary>
 where
     R: Row,
     for<'a> &'a str: ColumnIndex<R>,
@@ -85,7 +86,7 @@ where
 /// migrations it does not know instead of refusing to start. Taking
 /// something away (a column an older build reads) is a release of its own,
 /// once no build that reads it runs.
-pub(crate) fn expand_only(mut migrator: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
+pub fn expand_only(mut migrator: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
     migrator.set_ignore_missing(true);
     migrator
 }

@@ -204,7 +204,7 @@ pub fn check_commit(req: &CommitRequest) -> StoreResult<()> {
 }
 
 /// Cuts a `limit + 1` fetch down to a page and its continuation key.
-pub(crate) fn page(sessions: &mut Vec<SessionSummary>, limit: u32) -> SessionPage {
+pub fn page(sessions: &mut Vec<SessionSummary>, limit: u32) -> SessionPage {
     let more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);
     SessionPage {
@@ -214,5 +214,15 @@ pub(crate) fn page(sessions: &mut Vec<SessionSummary>, limit: u32) -> SessionPag
             None
         },
         sessions: std::mem::take(sessions),
+    }
+}
+
+/// What a replica said of itself (JSON of [`ReplicaInfo`]); empty when it
+/// said nothing, corrupt when it is not that.
+pub fn replica_info(id: &str, stored: Option<&str>) -> StoreResult<ReplicaInfo> {
+    match stored {
+        None | Some("") => Ok(ReplicaInfo::default()),
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| StoreError::Corrupt(format!("replica {id}: heartbeat info: {e}"))),
     }
 }

@@ -159,7 +159,7 @@ pub struct SidecarArgs {
     pub sqlite_path: PathBuf,
 
     #[command(flatten)]
-    pub workspace: baton_session::cli::WorkspaceArgs,
+    pub workspace: baton_workspace::cli::WorkspaceArgs,
 
     /// Bearer tokens allowed to call the turn and admin APIs, as
     /// `token=tenant` pairs separated by commas. Without it, authentication

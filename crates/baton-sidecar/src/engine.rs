@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use baton_api::agent_contract::TurnRequest;
 use baton_session::turn_record::{digest, now_ms};
-use baton_session::workspace::{LocalFiles, Manifest, WorkspaceError, WorkspaceStore};
 use baton_session::{
     BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, Lease, ReplicaId, SessionKey,
     StoreError, TurnStore,
 };
+use baton_workspace::{LocalFiles, Manifest, WorkspaceError, WorkspaceStore};
 use bytes::Bytes;
 use tracing::Instrument;
 

@@ -23,11 +23,11 @@ mod runtimes;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use baton_session::collector::{Collector, CollectorSettings};
-use baton_session::redis_ledger::RedisLedgerStore;
-use baton_session::sqlite::SqliteStore;
-use baton_session::workspace::WorkspaceStore;
+use baton_ledger::RedisLedgerStore;
 use baton_session::{SessionCatalog, TurnStore, WorkspaceRoots};
+use baton_store_sqlite::SqliteStore;
+use baton_workspace::WorkspaceStore;
+use baton_workspace::collector::{Collector, CollectorSettings};
 
 pub use config::SidecarArgs;
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use baton_session::SessionKey;
 use baton_session::id_encoding::path_part;
-use baton_session::workspace::{LocalFiles, Manifest};
+use baton_workspace::{LocalFiles, Manifest};
 
 /// How much the replica keeps of session directories between turns: they
 /// spare the next turn of a session the download of its files, and are

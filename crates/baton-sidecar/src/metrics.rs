@@ -126,7 +126,7 @@ impl Metrics {
             // One scrape at a time tops the counter up.
             static TOP_UP: std::sync::Mutex<()> = std::sync::Mutex::new(());
             let _one = TOP_UP.lock().unwrap_or_else(|e| e.into_inner());
-            let sent = baton_session::redis::requests_sent();
+            let sent = baton_store_redis::requests_sent();
             self.redis_requests
                 .inc_by(sent.saturating_sub(self.redis_requests.get()));
         }

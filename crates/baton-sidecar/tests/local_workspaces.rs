@@ -10,12 +10,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_session::sqlite::SqliteStore;
-use baton_session::workspace::WorkspaceStore;
 use baton_session::*;
 use baton_sidecar::agent_client::AgentClient;
 use baton_sidecar::engine::{Engine, LocalBudget, TurnAsk};
+use baton_store_sqlite::SqliteStore;
 use baton_testkit::wait_until_async;
+use baton_workspace::WorkspaceStore;
 
 fn ask(session: &str, input: &str) -> TurnAsk {
     TurnAsk {

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use baton_session::redis::RedisStore;
-use baton_session::sqlite::SqliteStore;
-use baton_session::workspace::WorkspaceStore;
 use baton_session::*;
 use baton_sidecar::agent_client::AgentClient;
 use baton_sidecar::engine::{Engine, TurnAsk, TurnError};
+use baton_store_redis::RedisStore;
+use baton_store_sqlite::SqliteStore;
+use baton_workspace::WorkspaceStore;
 
 /// A real store whose next begin answer is lost, or whose next commit
 /// panics, when asked to.

@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use baton_session::workspace::WorkspaceStore;
+use baton_workspace::WorkspaceStore;
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 
@@ -425,7 +425,7 @@ pub struct DashboardArgs {
     pub sqlite_path: std::path::PathBuf,
 
     #[command(flatten)]
-    pub workspace: baton_session::cli::WorkspaceArgs,
+    pub workspace: baton_workspace::cli::WorkspaceArgs,
 
     /// YAML list of who may sign in: `- {name: alice, role: operator,
     /// token: <16+ characters>}` (role `viewer` reads only). Required
@@ -516,13 +516,9 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
         && !args.sqlite_path.exists();
     let catalog: Arc<dyn Catalog> = match (&args.redis_url, &args.database_url) {
         (Some(redis), Some(database)) => Arc::new(
-            baton_session::catalog::RedisCatalog::connect_in(
-                redis,
-                database,
-                &args.store_namespace,
-            )
-            .await
-            .map_err(|e| format!("opening Redis and Postgres: {}", e.metric_label()))?,
+            baton_ledger::RedisCatalog::connect_in(redis, database, &args.store_namespace)
+                .await
+                .map_err(|e| format!("opening Redis and Postgres: {}", e.metric_label()))?,
         ),
         (None, None) if no_stores => {
             tracing::info!("no stores given: showing the cluster's AgentDeployments only");
@@ -536,7 +532,7 @@ pub async fn run(args: DashboardArgs) -> Result<(), String> {
                 ));
             }
             Arc::new(
-                baton_session::sqlite::SqliteStore::open(&args.sqlite_path)
+                baton_store_sqlite::SqliteStore::open(&args.sqlite_path)
                     .await
                     .map_err(|e| format!("BATON_SQLITE_PATH: {e}"))?,
             )

@@ -111,7 +111,7 @@ impl From<StoreError> for ApiError {
 impl From<TurnError> for ApiError {
     fn from(e: TurnError) -> Self {
         use crate::agent_client::AgentCallError;
-        use baton_session::workspace::WorkspaceError;
+        use baton_workspace::WorkspaceError;
         let message = e.to_string();
         let outcome = e.outcome();
         let status = |code: StatusCode| Self::new(code, outcome, message.clone());

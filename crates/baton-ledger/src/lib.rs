@@ -1,0 +1,22 @@
+//! The Postgres turn ledger, and the production store built on it.
+//!
+//! - [`PostgresLedger`] (`postgres.rs`): every committed turn exactly once,
+//!   per session its counters and a durable copy of its state. It knows
+//!   nothing of Redis.
+//! - [`RedisLedgerStore`] (`store.rs`): the production `TurnStore`, Redis
+//!   (`baton-store-redis`) for the protocol and this ledger for durability:
+//!   the shipper and the sweeper that move Redis's turn logs into the
+//!   ledger, the recovery of a session Redis lost, the check of a state a
+//!   restarted Redis may hold older than it acknowledged.
+//! - [`RedisCatalog`] (`catalog.rs`): the dashboard's read-only view of
+//!   both, with no background work and no writes; the replica's store
+//!   answers the same reads through it.
+#![forbid(unsafe_code)]
+
+mod catalog;
+mod postgres;
+mod store;
+
+pub use catalog::RedisCatalog;
+pub use postgres::PostgresLedger;
+pub use store::{RedisLedgerStore, SWEEP_AFTER, SWEEP_INTERVAL};
