@@ -40,7 +40,10 @@
 use futures::{StreamExt as _, TryStreamExt as _};
 use redis::AsyncCommands;
 
-use crate::{KeySpace, RedisStore, corrupt, run_id, unavailable};
+use crate::errors::{corrupt, unavailable};
+use crate::keys::KeySpace;
+use crate::runs::run_id;
+use crate::store::RedisStore;
 use baton_session::ids::SessionKey;
 use baton_session::store::{StoreError, StoreResult};
 

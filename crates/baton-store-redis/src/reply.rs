@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use redis::Value;
 
-use super::corrupt;
+use crate::errors::corrupt;
 use baton_session::model::{BeginRequest, TurnResult};
 use baton_session::store::StoreResult;
 

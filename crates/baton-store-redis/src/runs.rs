@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::conn::Conn;
-use crate::{corrupt, run_id, unavailable};
+use crate::errors::{corrupt, unavailable};
 use baton_redis_cluster::SlotMap;
 use baton_redis_cluster::slots::slot_of_bucket;
 use baton_session::store::StoreResult;
@@ -173,3 +173,41 @@ pub(super) async fn info_of_every_master(
 
 /// How long one master gets to say its run.
 const MASTER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The `run_id` in an `INFO server` answer.
+pub(crate) fn run_id(info: &str) -> StoreResult<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|r| r.trim().to_owned())
+        .ok_or_else(|| corrupt("INFO server has no run_id"))
+}
+
+impl RunView {
+    /// Asks Redis which run it is; on a cluster, every master.
+    pub(crate) async fn refresh(&self, conn: &Conn) -> StoreResult<()> {
+        if conn.is_cluster() {
+            let topology = read_topology(conn).await?;
+            self.set_topology(&topology);
+            return Ok(());
+        }
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn.clone())
+            .await
+            .map_err(unavailable)?;
+        self.set(0, &run_id(&info)?);
+        Ok(())
+    }
+
+    /// A script that vouched for a state answers with this run's id (it
+    /// asked Redis); nil when it did not.
+    pub(crate) fn learn(&self, bucket: u16, answer: Option<String>) -> bool {
+        match answer {
+            Some(run) => {
+                self.set(bucket, &run);
+                true
+            }
+            None => false,
+        }
+    }
+}

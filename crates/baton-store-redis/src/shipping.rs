@@ -8,8 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::{AsyncCommands, Value};
 
+use crate::errors::{corrupt, millis, parse_error, unavailable};
 use crate::keys::session_of_member;
-use crate::{RedisStore, corrupt, millis, parse_error, unavailable};
+use crate::store::RedisStore;
 use baton_session::ids::SessionKey;
 use baton_session::store::StoreResult;
 use baton_session::turn_record;
@@ -161,7 +162,7 @@ impl RedisStore {
                 pipe
             })
             .collect();
-        let answers: Vec<Vec<u64>> = self.with_script_each(&self.scripts.ack, &acks).await?;
+        let answers: Vec<Vec<u64>> = self.conn.with_script_each(&self.scripts.ack, &acks).await?;
         let mut dropped = vec![0; batches.len()];
         for ((_, members), answer) in groups.iter().zip(answers) {
             for (&i, n) in members.iter().zip(answer) {
