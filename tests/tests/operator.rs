@@ -495,46 +495,22 @@ spec:
     );
 
     // The Secrets appear (one lacks a key first): Degraded clears.
-    kubectl_ok(
+    create_secret_literals(cp, &ns, "cloud-redis", &[("url", "redis://r:6379/0")]);
+    create_secret_literals(
         cp,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "cloud-redis",
-            "-n",
-            &ns,
-            "--from-literal=url=redis://r:6379/0",
-        ],
-        None,
+        &ns,
+        "cloud-postgres",
+        &[("url", "postgres://wrong-key")],
     );
-    kubectl_ok(
+    create_secret_literals(
         cp,
+        &ns,
+        "cloud-s3",
         &[
-            "create",
-            "secret",
-            "generic",
-            "cloud-postgres",
-            "-n",
-            &ns,
-            "--from-literal=url=postgres://wrong-key",
+            ("endpoint", "http://s3:9000"),
+            ("accessKeyId", "a"),
+            ("secretAccessKey", "b"),
         ],
-        None,
-    );
-    kubectl_ok(
-        cp,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "cloud-s3",
-            "-n",
-            &ns,
-            "--from-literal=endpoint=http://s3:9000",
-            "--from-literal=accessKeyId=a",
-            "--from-literal=secretAccessKey=b",
-        ],
-        None,
     );
     let wrong_key = wait_for_agd(
         &client,
@@ -555,19 +531,7 @@ spec:
             .contains("cloud-postgres")
     );
     kubectl_ok(cp, &["delete", "secret", "cloud-postgres", "-n", &ns], None);
-    kubectl_ok(
-        cp,
-        &[
-            "create",
-            "secret",
-            "generic",
-            "cloud-postgres",
-            "-n",
-            &ns,
-            "--from-literal=dsn=postgres://p/baton",
-        ],
-        None,
-    );
+    create_secret_literals(cp, &ns, "cloud-postgres", &[("dsn", "postgres://p/baton")]);
     wait_for_agd(&client, &ns, "support-bot", "Degraded to clear", |a| {
         condition(a, "Degraded").is_some_and(|c| c.0 == "False")
     })

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_api::{AgentDeployment, RolloutPhase};
+use baton_testkit::kube::ControlPlane;
 use baton_testnode::ServiceProxy;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -111,19 +112,32 @@ spec:
 
 /// A `baton operator` for `ns` with its own leader election Lease `id`.
 fn operator(ns: &str, id: &str) -> Operator {
-    let cp = control_plane();
-    let kubeconfig = operator_credentials(cp, ns, Some(ns), None);
-    let lease = format!("baton-operator-{id}");
-    Operator::start(
-        cp,
-        OperatorOptions {
-            kubeconfig,
-            watch_namespace: Some(ns),
-            lease_namespace: ns,
-            identity: &format!("{ns}-{id}"),
-            extra_args: &["--leader-election-id", &lease],
-        },
-    )
+    namespaced_operator_with_lease(control_plane(), ns, id)
+}
+
+/// What each test starts from: its turn (the tests share one namespace and
+/// run one at a time), the control plane, and an operator of its own whose
+/// leader election Lease is named after the deployment `name`.
+struct Scene {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    ns: &'static str,
+    cp: &'static ControlPlane,
+    name: &'static str,
+    _operator: Operator,
+}
+
+impl Scene {
+    async fn start(name: &'static str) -> Self {
+        let serial = SERIAL.lock().await;
+        let ns = shared_namespace().await;
+        Self {
+            _serial: serial,
+            ns,
+            cp: control_plane(),
+            name,
+            _operator: operator(ns, name),
+        }
+    }
 }
 
 async fn agds(ns: &str) -> Api<AgentDeployment> {
@@ -443,12 +457,9 @@ async fn replica_pods(ns: &str, name: &str) -> Vec<Pod> {
 #[test]
 fn a_release_under_load_fails_loses_and_repeats_no_turn_and_beats_a_plain_rolling_update() {
     run(async {
-        let _serial = SERIAL.lock().await;
-        let ns = shared_namespace().await;
-        let _operator = operator(ns, "release");
-        let cp = control_plane();
+        let scene = Scene::start("release").await;
+        let (ns, cp, name) = (scene.ns, scene.cp, scene.name);
         let client = cp.admin_client().await;
-        let name = "release";
         apply_yaml(cp, ns, &deployment(name, 3, IMAGE_V1, ""));
         let first = wait_settled(ns, name, 3, START).await;
         let first_revision = first.status.unwrap().update_revision;
@@ -664,11 +675,8 @@ async fn delete_plain(ns: &str, plain: &str) {
 #[test]
 fn a_turn_longer_than_the_drain_timeout_is_aborted_and_its_session_moves_on_at_once() {
     run(async {
-        let _serial = SERIAL.lock().await;
-        let ns = shared_namespace().await;
-        let _operator = operator(ns, "long");
-        let cp = control_plane();
-        let name = "long";
+        let scene = Scene::start("long").await;
+        let (ns, cp, name) = (scene.ns, scene.cp, scene.name);
         // The lease TTL is long: a session that waited for it would show.
         let extra = "  session: {drainTimeout: 3s, leaseTtl: 60s}\n";
         apply_yaml(cp, ns, &deployment(name, 2, IMAGE_V1, extra));
@@ -724,11 +732,8 @@ fn a_turn_longer_than_the_drain_timeout_is_aborted_and_its_session_moves_on_at_o
 #[test]
 fn a_broken_version_stops_after_one_pod_and_applying_the_old_spec_rolls_back() {
     run(async {
-        let _serial = SERIAL.lock().await;
-        let ns = shared_namespace().await;
-        let _operator = operator(ns, "broken");
-        let cp = control_plane();
-        let name = "broken";
+        let scene = Scene::start("broken").await;
+        let (ns, cp, name) = (scene.ns, scene.cp, scene.name);
         let extra = "  rollout: {progressDeadline: 10s}\n";
         apply_yaml(cp, ns, &deployment(name, 3, IMAGE_V1, extra));
         let first = wait_settled(ns, name, 3, START).await;
@@ -854,12 +859,9 @@ fn an_operator_killed_mid_rollout_is_resumed_by_the_next_leader_and_no_pod_goes_
 #[test]
 fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_first_under_load() {
     run(async {
-        let _serial = SERIAL.lock().await;
-        let ns = shared_namespace().await;
-        let _operator = operator(ns, "pause");
-        let cp = control_plane();
+        let scene = Scene::start("pause").await;
+        let (ns, cp, name) = (scene.ns, scene.cp, scene.name);
         let client = cp.admin_client().await;
-        let name = "pause";
         apply_yaml(cp, ns, &deployment(name, 3, IMAGE_V1, ""));
         wait_settled(ns, name, 3, START).await;
 
@@ -980,11 +982,8 @@ fn pause_stops_between_pods_resume_and_restart_roll_on_and_scale_down_drains_fir
 #[test]
 fn a_sidecar_of_another_data_layout_is_refused_until_the_spec_migrates() {
     run(async {
-        let _serial = SERIAL.lock().await;
-        let ns = shared_namespace().await;
-        let _operator = operator(ns, "layout");
-        let cp = control_plane();
-        let name = "layout";
+        let scene = Scene::start("layout").await;
+        let (ns, cp, name) = (scene.ns, scene.cp, scene.name);
         apply_yaml(cp, ns, &deployment(name, 2, IMAGE_V1, ""));
         wait_settled(ns, name, 2, START).await;
         let chat = |pod: &'static str, input: &'static str| async move {

@@ -17,6 +17,31 @@ async fn send(req: reqwest::RequestBuilder) -> (u16, Value, reqwest::header::Hea
     (status, r.json().await.unwrap_or(Value::Null), headers)
 }
 
+/// One turn with `input` at `turns` (a session's turns URL): the answer's
+/// status and body.
+async fn turn(http: &reqwest::Client, turns: &str, input: &str) -> (u16, Value) {
+    let (status, body, _) = send(http.post(turns).json(&json!({ "input": input }))).await;
+    (status, body)
+}
+
+/// A turn with `input` at `turns` that must answer `status` with the
+/// outcome `outcome`; its body.
+async fn expect_outcome(
+    http: &reqwest::Client,
+    turns: &str,
+    input: &str,
+    status: u16,
+    outcome: &str,
+) -> Value {
+    let (got, body) = turn(http, turns, input).await;
+    assert_eq!(
+        (got, body["status"].as_str()),
+        (status, Some(outcome)),
+        "{input}: {body}"
+    );
+    body
+}
+
 /// Sends a POST head announcing `length` bytes, no body, and returns the answer.
 async fn head_only(base: &str, path: &str, length: usize) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -249,12 +274,7 @@ async fn tokens_decide_the_tenant_and_unknown_ones_are_refused() {
     let replica = Replica::start(&[&tokens, &admins]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-1/turns", replica.url);
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "hi" }))).await;
-    assert_eq!(
-        (status, body["status"].as_str()),
-        (401, Some("UNAUTHORIZED")),
-        "{body}"
-    );
+    expect_outcome(&http, &turns, "hi", 401, "UNAUTHORIZED").await;
     let (status, _, _) = send(
         http.post(&turns)
             .bearer_auth("not-a-known-token-at-all")
@@ -372,26 +392,12 @@ async fn a_failing_agent_aborts_cleanly_and_metrics_count_outcomes() {
     let replica = Replica::start(&["--agent-timeout=3s"]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-1/turns", replica.url);
-    let (status, _, _) = send(
-        http.post(&turns)
-            .json(&json!({ "input": "/write a.txt kept" })),
-    )
-    .await;
+    let (status, _) = turn(&http, &turns, "/write a.txt kept").await;
     assert_eq!(status, 200);
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/fail" }))).await;
-    assert_eq!(
-        (status, body["status"].as_str()),
-        (502, Some("AGENT_FAILED")),
-        "{body}"
-    );
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 6000" }))).await;
-    assert_eq!(
-        (status, body["status"].as_str()),
-        (504, Some("AGENT_TIMEOUT")),
-        "{body}"
-    );
+    expect_outcome(&http, &turns, "/fail", 502, "AGENT_FAILED").await;
+    expect_outcome(&http, &turns, "/sleep 6000", 504, "AGENT_TIMEOUT").await;
     // Nothing committed, lease released: the next turn runs at once, on version 1.
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "still here" }))).await;
+    let (status, body) = turn(&http, &turns, "still here").await;
     assert_eq!(
         (status, body["stateVersion"].as_u64()),
         (200, Some(2)),
@@ -508,7 +514,7 @@ async fn a_client_that_goes_away_does_not_strand_the_lease() {
     )
     .await;
     assert_eq!(view["lease"], Value::Null, "{view}");
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "next" }))).await;
+    let (status, body) = turn(&http, &turns, "next").await;
     assert_eq!(
         (status, body["stateVersion"].as_u64()),
         (200, Some(2)),
@@ -592,18 +598,13 @@ async fn an_abandoned_agent_call_cannot_write_into_later_turns() {
     let replica = Replica::start(&["--agent-timeout=3s"]).await;
     let http = reqwest::Client::new();
     let turns = format!("{}/v1/sessions/s-z/turns", replica.url);
-    let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "first" }))).await;
+    let (status, _) = turn(&http, &turns, "first").await;
     assert_eq!(status, 200);
     // The sidecar gives up after 3 s; the agent goes on and writes its
     // notes at 6 s, into the directory it was given. (Not shorter: the
     // ordinary turns around it get the same timeout on a loaded machine.)
-    let (status, body, _) = send(http.post(&turns).json(&json!({ "input": "/sleep 6000" }))).await;
-    assert_eq!(
-        (status, body["status"].as_str()),
-        (504, Some("AGENT_TIMEOUT")),
-        "{body}"
-    );
-    let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "second" }))).await;
+    expect_outcome(&http, &turns, "/sleep 6000", 504, "AGENT_TIMEOUT").await;
+    let (status, _) = turn(&http, &turns, "second").await;
     assert_eq!(status, 200);
     let session_dir = replica.workspace().join("default/s-z");
     baton_testkit::poll_async(
@@ -621,7 +622,7 @@ async fn an_abandoned_agent_call_cannot_write_into_later_turns() {
         },
     )
     .await;
-    let (status, _, _) = send(http.post(&turns).json(&json!({ "input": "third" }))).await;
+    let (status, _) = turn(&http, &turns, "third").await;
     assert_eq!(status, 200);
     let notes = http
         .get(format!("{}/v1/sessions/s-z/files/notes.md", replica.url))

@@ -278,6 +278,18 @@ impl Drop for Operator {
 
 /// An operator for one namespace, with the namespaced RBAC.
 pub fn namespaced_operator(cp: &ControlPlane, ns: &str) -> Operator {
+    start_namespaced(cp, ns, "op", &[])
+}
+
+/// [`namespaced_operator`] electing its leader on the Lease
+/// `baton-operator-<id>`, so operators of different ids in one namespace
+/// never wait for each other's Lease.
+pub fn namespaced_operator_with_lease(cp: &ControlPlane, ns: &str, id: &str) -> Operator {
+    let lease = format!("baton-operator-{id}");
+    start_namespaced(cp, ns, id, &["--leader-election-id", &lease])
+}
+
+fn start_namespaced(cp: &ControlPlane, ns: &str, id: &str, extra_args: &[&str]) -> Operator {
     let kubeconfig = operator_credentials(cp, ns, Some(ns), None);
     Operator::start(
         cp,
@@ -285,10 +297,30 @@ pub fn namespaced_operator(cp: &ControlPlane, ns: &str) -> Operator {
             kubeconfig,
             watch_namespace: Some(ns),
             lease_namespace: ns,
-            identity: &format!("{ns}-op"),
-            extra_args: &[],
+            identity: &format!("{ns}-{id}"),
+            extra_args,
         },
     )
+}
+
+/// Creates the Secret `name` in `ns` from `(key, value)` pairs, as
+/// `kubectl create secret generic --from-literal` would.
+pub fn create_secret_literals(cp: &ControlPlane, ns: &str, name: &str, literals: &[(&str, &str)]) {
+    let mut args = vec![
+        "create".to_owned(),
+        "secret".to_owned(),
+        "generic".to_owned(),
+        name.to_owned(),
+        "-n".to_owned(),
+        ns.to_owned(),
+    ];
+    args.extend(
+        literals
+            .iter()
+            .map(|(key, value)| format!("--from-literal={key}={value}")),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kubectl_ok(cp, &args, None);
 }
 
 /// Applies a manifest (YAML) into `ns` with kubectl.
