@@ -260,7 +260,7 @@ fn decide_valid(
     let find = |name: &String| world.pods.iter().find(|p| &p.pod.name == name).cloned();
 
     // The children as built, the replica count as the rollout says.
-    let mut state = baton_resources::build(valid, &world.credentials, &settings.platform);
+    let mut state = world.desired.clone();
     for sts in &mut state.stateful_sets {
         if sts.metadata.name.as_deref() == Some(valid.names.replicas().as_str())
             && let Some(spec) = sts.spec.as_mut()
@@ -602,9 +602,12 @@ mod tests {
 
     /// A valid resource against an empty cluster.
     fn world(agd: &AgentDeployment) -> World {
+        let valid = baton_api::validate(agd).expect("a valid test resource");
+        let credentials = credentials();
         World {
-            valid: baton_api::validate(agd).expect("a valid test resource"),
-            credentials: credentials(),
+            desired: baton_resources::build(&valid, &credentials, &settings().platform),
+            valid,
+            credentials,
             external_secrets: Vec::new(),
             live: BTreeMap::new(),
             owned: Vec::new(),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use baton_api::{AgentDeployment, ValidAgentDeployment};
 use baton_resources::meta::{App, selector_labels};
-use baton_resources::{ChildKind, Credentials};
+use baton_resources::{ChildKind, Credentials, DesiredState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
@@ -49,7 +49,11 @@ pub struct World {
     pub credentials: Credentials,
     /// Each external store Secret the spec names, as read.
     pub external_secrets: Vec<ExternalSecret>,
-    /// The live metadata of every child the builder makes, by key.
+    /// Every child the builder makes for this spec, as built (once per
+    /// reconcile: `decide` applies them, with the replica count the
+    /// rollout says).
+    pub desired: DesiredState,
+    /// The live metadata of each of them, by key.
     pub live: BTreeMap<ChildKey, ObjectMeta>,
     /// Every live child this resource controls (the prune candidates).
     pub owned: Vec<(ChildKind, ObjectMeta)>,

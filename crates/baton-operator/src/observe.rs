@@ -56,7 +56,9 @@ pub async fn observe(agd: &AgentDeployment, ctx: &Context) -> Result<Observation
     let external_secrets = read_external_secrets(&valid, &namespace, ctx).await?;
     // The builder says which children exist for this spec; their live
     // metadata is looked up by name, whoever owns them.
-    let live = baton_resources::build(&valid, &credentials, &ctx.settings.platform)
+    let desired = baton_resources::build(&valid, &credentials, &ctx.settings.platform);
+    let live = desired
+        .clone()
         .into_objects()
         .iter()
         .map(ChildKey::of)
@@ -104,6 +106,7 @@ pub async fn observe(agd: &AgentDeployment, ctx: &Context) -> Result<Observation
         valid,
         credentials,
         external_secrets,
+        desired,
         live,
         owned,
         stores,
