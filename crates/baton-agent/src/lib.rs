@@ -7,6 +7,12 @@
 //! sidecar materialises before the call and snapshots after it. Every turn
 //! appends a line to `notes.md` there. A configurable delay and failure rate
 //! (and `/sleep <ms>`, `/fail`) let tests make long and failing turns.
+//!
+//! To a caller that accepts `text/event-stream` (the sidecar does) it
+//! streams its reply (contract version 2) when asked with `/stream <chunks>
+//! <ms> [text]`, or every reply when configured to (`baton dev` is): a
+//! `progress` event, the reply in `delta` pieces, then `final`.
+//! `/stream-cut` stops before `final`, as an agent that crashed would.
 #![forbid(unsafe_code)]
 
 pub mod memory;
@@ -16,13 +22,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::convert::Infallible;
+
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use baton_api::agent_contract::stream;
+use futures::StreamExt;
 
-use memory::{Memory, respond};
+use memory::{Memory, Streaming, respond};
 use serde_json::value::RawValue;
 
 pub use baton_api::agent_contract::{TurnRequest, TurnResponse};
@@ -38,6 +49,11 @@ pub struct AgentConfig {
     /// run can be replayed.
     pub failure_rate: f64,
     pub seed: u64,
+    /// Stream every reply in this many pieces to a caller that accepts a
+    /// stream; 0 streams only the replies asked for with `/stream`.
+    pub stream_chunks: usize,
+    /// The pause between two streamed pieces.
+    pub stream_interval: Duration,
 }
 
 struct Agent {
@@ -93,17 +109,72 @@ fn io_error(e: std::io::Error) -> AgentError {
 /// late writer cannot touch a later turn's files.
 async fn turn(
     State(agent): State<Arc<Agent>>,
+    headers: HeaderMap,
     Json(req): Json<TurnRequest<Box<RawValue>>>,
-) -> Result<Json<TurnResponse<Memory>>, AgentError> {
-    tokio::spawn(run_turn(agent, req))
+) -> Result<Response, AgentError> {
+    let (answer, asked) = tokio::spawn(run_turn(agent.clone(), req))
         .await
-        .unwrap_or_else(|e| Err(AgentError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
+        .unwrap_or_else(|e| Err(AgentError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))?;
+    let configured = (agent.config.stream_chunks > 0).then_some(Streaming {
+        chunks: agent.config.stream_chunks,
+        interval: agent.config.stream_interval,
+        cut: false,
+    });
+    Ok(match asked.or(configured) {
+        Some(plan) if accepts_stream(&headers) => stream_answer(answer, plan).into_response(),
+        _ => Json(answer).into_response(),
+    })
+}
+
+/// Whether the caller takes a streamed answer.
+fn accepts_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains(stream::CONTENT_TYPE))
+}
+
+/// The answer as contract version 2 events: `progress`, the reply in
+/// pieces, `final` (left out by `/stream-cut`).
+fn stream_answer(
+    answer: TurnResponse<Memory>,
+    plan: Streaming,
+) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
+    let json = |value: serde_json::Value| Event::default().data(value.to_string());
+    let mut events = vec![json(serde_json::json!({ "name": "thinking" })).event(stream::PROGRESS)];
+    events.extend(
+        pieces(&answer.reply, plan.chunks)
+            .into_iter()
+            .map(|text| json(serde_json::json!({ "text": text })).event(stream::DELTA)),
+    );
+    if !plan.cut {
+        let final_answer = serde_json::to_value(&answer).unwrap_or_default();
+        events.push(json(final_answer).event(stream::FINAL));
+    }
+    let interval = plan.interval;
+    Sse::new(futures::stream::iter(events.into_iter().enumerate()).then(
+        move |(i, event)| async move {
+            // A pause before each piece after the first, as a model writes.
+            if i > 1 && !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
+            Ok(event)
+        },
+    ))
+}
+
+/// `text` in `n` pieces of about equal length (in characters).
+fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(n.max(1)).max(1);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
 async fn run_turn(
     agent: Arc<Agent>,
     req: TurnRequest<Box<RawValue>>,
-) -> Result<Json<TurnResponse<Memory>>, AgentError> {
+) -> Result<(TurnResponse<Memory>, Option<Streaming>), AgentError> {
     let memory: Memory = match req.state.get() {
         "null" => Memory::default(),
         state => serde_json::from_str(state).map_err(|e| {
@@ -149,10 +220,13 @@ async fn run_turn(
     }
 
     tracing::debug!(session = %req.session, tenant = %req.tenant, turn_seq = req.turn_seq, "turn");
-    Ok(Json(TurnResponse {
-        reply: outcome.reply,
-        state: outcome.memory,
-    }))
+    Ok((
+        TurnResponse {
+            reply: outcome.reply,
+            state: outcome.memory,
+        },
+        outcome.stream,
+    ))
 }
 
 /// The agent's HTTP routes.

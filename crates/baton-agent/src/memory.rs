@@ -47,6 +47,37 @@ pub struct Outcome {
     pub delay: Duration,
     /// `/fail`: the agent answers with an error, for tests of aborted turns.
     pub fail: bool,
+    /// `/stream <chunks> <ms> [text]`: how this reply is streamed (to a
+    /// caller that accepts a stream), whatever the agent's configuration.
+    pub stream: Option<Streaming>,
+}
+
+/// How a reply is streamed: in `chunks` pieces, `interval` apart; `cut`
+/// ends the stream before its final event (`/stream-cut`), for tests of a
+/// stream that breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streaming {
+    pub chunks: usize,
+    pub interval: Duration,
+    pub cut: bool,
+}
+
+/// Most chunks a reply is streamed in, and longest pause between two.
+const MAX_CHUNKS: usize = 1000;
+const MAX_CHUNK_INTERVAL_MS: u64 = 10_000;
+
+/// `<chunks> <ms> [text]` of a `/stream` command.
+fn streaming(rest: &str, cut: bool) -> (Streaming, &str) {
+    let mut words = rest.trim().splitn(3, ' ');
+    let chunks = words.next().and_then(|w| w.parse().ok()).unwrap_or(4);
+    let ms: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+    let text = words.next().unwrap_or("").trim();
+    let plan = Streaming {
+        chunks: chunks.clamp(1, MAX_CHUNKS),
+        interval: Duration::from_millis(ms.min(MAX_CHUNK_INTERVAL_MS)),
+        cut,
+    };
+    (plan, text)
 }
 
 /// Largest `/fill` (the workspace's limit per file is 64 MiB).
@@ -118,12 +149,28 @@ pub fn respond(memory: &Memory, input: &str) -> Outcome {
         files: Vec::new(),
         delay: Duration::ZERO,
         fail: false,
+        stream: None,
     };
 
     if let Some(ms) = input.strip_prefix("/sleep ") {
         let ms: u64 = ms.trim().parse().unwrap_or(0).min(600_000);
         outcome.delay = Duration::from_millis(ms);
         outcome.reply = format!("slept {ms} ms");
+    } else if let Some((rest, cut)) = input
+        .strip_prefix("/stream-cut")
+        .map(|r| (r, true))
+        .or_else(|| input.strip_prefix("/stream").map(|r| (r, false)))
+        .filter(|(r, _)| r.is_empty() || r.starts_with(' '))
+    {
+        // `/stream <chunks> <ms> [text]`: the reply (the text, or the
+        // echo) streamed in `chunks` pieces `ms` apart.
+        let (plan, text) = streaming(rest, cut);
+        outcome.stream = Some(plan);
+        outcome.reply = if text.is_empty() {
+            format!("You said: {input} (turn {})", memory.turns)
+        } else {
+            text.to_owned()
+        };
     } else if input == "/fail" {
         outcome.fail = true;
         outcome.reply = "failing on purpose".into();
@@ -261,6 +308,21 @@ mod tests {
             respond(&Memory::default(), "/sleep 99999999").delay,
             Duration::from_secs(600)
         );
+        let out = respond(&Memory::default(), "/stream 5 20 hello streaming world");
+        assert_eq!(out.reply, "hello streaming world");
+        let plan = out.stream.unwrap();
+        assert_eq!(
+            (plan.chunks, plan.interval, plan.cut),
+            (5, Duration::from_millis(20), false)
+        );
+        let out = respond(&Memory::default(), "/stream-cut 3 0");
+        assert!(out.stream.unwrap().cut);
+        assert_eq!(out.reply, "You said: /stream-cut 3 0 (turn 1)");
+        let plan = respond(&Memory::default(), "/stream 0 999999")
+            .stream
+            .unwrap();
+        assert_eq!((plan.chunks, plan.interval), (1, Duration::from_secs(10)));
+        assert!(respond(&Memory::default(), "/streams").stream.is_none());
     }
 
     #[test]

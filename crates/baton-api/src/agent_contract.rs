@@ -35,3 +35,50 @@ pub struct TurnResponse<S = serde_json::Value> {
     pub reply: String,
     pub state: S,
 }
+
+/// Version 2 of the contract: the agent may answer the turn with
+/// `Content-Type: text/event-stream` instead of JSON, so its reply reaches
+/// the user as it is written. The stream is a series of Server-Sent Events:
+///
+/// - `event: delta`, `data: {"text": "..."}`: the next piece of the reply;
+/// - `event: progress`, `data: {"name": "...", ...}`: something the agent
+///   is doing (a tool call starting, say), relayed to the client as is;
+/// - `event: final`, `data: {"reply": "...", "state": ...}`: the turn's
+///   answer, exactly the version 1 JSON body; the sidecar commits it;
+/// - `event: error`, `data: {"message": "..."}`: the agent gave up.
+///
+/// A stream that ends without `final`, or with `error`, or that carries an
+/// event of another name, fails the turn (AGENT_FAILED): nothing commits.
+/// Whatever was streamed is provisional until the commit: the client is
+/// told which attempt committed. The sidecar asks with
+/// `Accept: text/event-stream, application/json`; an agent that answers
+/// JSON (version 1) keeps working unchanged.
+pub mod stream {
+    use serde::{Deserialize, Serialize};
+
+    /// The content type of a streamed answer.
+    pub const CONTENT_TYPE: &str = "text/event-stream";
+    /// What the sidecar says it accepts from the agent.
+    pub const ACCEPT: &str = "text/event-stream, application/json";
+
+    pub const DELTA: &str = "delta";
+    pub const PROGRESS: &str = "progress";
+    pub const FINAL: &str = "final";
+    pub const ERROR: &str = "error";
+
+    /// Longest progress event name, in bytes.
+    pub const MAX_PROGRESS_NAME_BYTES: usize = 64;
+
+    /// The data of a `delta` event.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Delta {
+        pub text: String,
+    }
+
+    /// The data of an `error` event.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct AgentError {
+        pub message: String,
+    }
+}

@@ -65,6 +65,17 @@ pub struct DevArgs {
     /// Extra time every turn of the reference agent takes, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub agent_delay_ms: u64,
+
+    /// The reference agent streams each reply in this many pieces (0: only
+    /// the replies asked for with `/stream <chunks> <ms> [text]`).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1000))]
+    pub agent_stream_chunks: u16,
+
+    /// The pause between two streamed pieces, in milliseconds (0 by
+    /// default: a turn through `baton dev` takes no longer than before;
+    /// `--agent-stream-interval-ms 50` shows the words coming one by one).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub agent_stream_interval_ms: u64,
     /// Share of the reference agent's turns that fail, 0.0 to 1.0.
     #[arg(long, default_value = "0")]
     pub agent_failure_rate: String,

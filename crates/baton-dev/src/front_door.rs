@@ -232,6 +232,18 @@ async fn relay(answer: reqwest::Response, replica: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(replica) {
         headers.insert(REPLICA_HEADER, v);
     }
+    // A streamed turn goes on as the replica writes it: buffered, its
+    // client would see every word at once, at the end.
+    let streamed = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if streamed {
+        let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        return response;
+    }
     match answer.bytes().await {
         Ok(bytes) => {
             let mut response = Response::new(Body::from(bytes));

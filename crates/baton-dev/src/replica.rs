@@ -158,6 +158,11 @@ impl ReplicaSlot {
             .arg("agent")
             .arg("--listen=127.0.0.1:0")
             .arg(format!("--delay-ms={}", args.agent_delay_ms))
+            .arg(format!("--stream-chunks={}", args.agent_stream_chunks))
+            .arg(format!(
+                "--stream-interval-ms={}",
+                args.agent_stream_interval_ms
+            ))
             .arg(format!("--failure-rate={}", args.agent_failure_rate));
         let mut agent = with_common(&mut agent, agent_log.try_clone()?)?.spawn()?;
         // `agent` is killed on drop if the sidecar cannot start.

@@ -4,12 +4,19 @@
 //! pooled client, without a general-purpose client's layers (redirects,
 //! proxies, URL re-parsing): those showed as a fifth of the sidecar's
 //! instructions per turn in callgrind (see BENCHMARKS.md).
+//!
+//! The agent answers JSON (contract version 1) or streams Server-Sent
+//! Events (version 2, see [`baton_api::agent_contract::stream`]): each
+//! delta and progress event goes to the caller's sink as it arrives; the
+//! `final` event is the answer.
 
 use std::time::Duration;
 
-use baton_api::agent_contract::{TURN_PATH, TurnRequest, TurnResponse};
+use baton_api::agent_contract::{TURN_PATH, TurnRequest, TurnResponse, stream};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::StreamExt;
+use http_body_util::{BodyDataStream, BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use serde_json::value::RawValue;
@@ -28,7 +35,25 @@ pub enum AgentCallError {
     Failed { status: u16, body: String },
     #[error("the agent's answer is not the contract's {{reply, state}}: {0}")]
     Malformed(String),
+    /// The agent's stream carried an `error` event.
+    #[error("the agent reported an error: {0}")]
+    Reported(String),
 }
+
+/// What an agent streams while it works (contract version 2): provisional
+/// until the turn commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentEvent {
+    /// The next piece of the reply.
+    Delta(String),
+    /// A progress event's JSON object, as the agent sent it.
+    Progress(String),
+}
+
+/// Longest stream an agent may send for one turn: room for the final
+/// event's reply and state at their limits and for the deltas that spelt
+/// the reply out.
+pub const MAX_STREAM_BYTES: usize = 16 * 1024 * 1024;
 
 /// The agent's turn endpoint for a base URL such as `http://127.0.0.1:8000`:
 /// plain `http` with a host (the agent shares the pod's loopback; TLS there
@@ -105,15 +130,19 @@ impl AgentClient {
     }
 
     /// One agent call; the state goes out and comes back as raw JSON text.
-    /// The timeout covers the whole exchange, the reply's body included.
+    /// A streaming agent's deltas and progress events go to `sink` as they
+    /// arrive. The timeout covers the whole exchange, the reply's body (or
+    /// the whole stream) included.
     pub async fn turn(
         &self,
         req: &TurnRequest<&RawValue>,
+        sink: &(dyn Fn(AgentEvent) + Sync),
     ) -> Result<TurnResponse<Box<RawValue>>, AgentCallError> {
         let uri = self.uri.clone().map_err(AgentCallError::Unreachable)?;
         let body = serde_json::to_vec(req).map_err(|e| AgentCallError::Broken(e.to_string()))?;
         let request = http::Request::post(uri)
             .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, stream::ACCEPT)
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| AgentCallError::Unreachable(e.to_string()))?;
         let exchange = async {
@@ -125,26 +154,114 @@ impl AgentClient {
                 }
             })?;
             let status = response.status();
+            let streamed = status.is_success()
+                && response
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with(stream::CONTENT_TYPE));
+            if streamed {
+                return read_stream(response.into_body(), sink).await;
+            }
             let body = response
                 .into_body()
                 .collect()
                 .await
                 .map_err(|e| AgentCallError::Broken(error_chain(e)))?
                 .to_bytes();
-            Ok::<_, AgentCallError>((status, body))
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&body);
+                return Err(AgentCallError::Failed {
+                    status: status.as_u16(),
+                    body: text.chars().take(QUOTED_BODY_CHARS).collect(),
+                });
+            }
+            serde_json::from_slice(&body).map_err(|e| AgentCallError::Malformed(e.to_string()))
         };
-        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+        tokio::time::timeout(self.timeout, exchange)
             .await
-            .map_err(|_| AgentCallError::Timeout(self.timeout))??;
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&body);
-            return Err(AgentCallError::Failed {
-                status: status.as_u16(),
-                body: text.chars().take(QUOTED_BODY_CHARS).collect(),
-            });
-        }
-        serde_json::from_slice(&body).map_err(|e| AgentCallError::Malformed(e.to_string()))
+            .map_err(|_| AgentCallError::Timeout(self.timeout))?
     }
+}
+
+/// Reads a version 2 answer: deltas and progress to `sink`, up to the
+/// `final` event, which is the answer. Anything else fails the turn.
+async fn read_stream(
+    body: hyper::body::Incoming,
+    sink: &(dyn Fn(AgentEvent) + Sync),
+) -> Result<TurnResponse<Box<RawValue>>, AgentCallError> {
+    let mut seen = 0usize;
+    let bytes = BodyDataStream::new(body).map(move |chunk| {
+        let chunk = chunk.map_err(|e| AgentCallError::Broken(error_chain(e)))?;
+        seen += chunk.len();
+        if seen > MAX_STREAM_BYTES {
+            return Err(AgentCallError::Malformed(format!(
+                "the stream is longer than {MAX_STREAM_BYTES} bytes"
+            )));
+        }
+        Ok(chunk)
+    });
+    let mut events = std::pin::pin!(bytes.eventsource());
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|e| match e {
+            EventStreamError::Transport(e) => e,
+            other => AgentCallError::Malformed(format!("the event stream: {other}")),
+        })?;
+        let malformed = |what: &str, e: serde_json::Error| {
+            AgentCallError::Malformed(format!("the data of a {what} event: {e}"))
+        };
+        match event.event.as_str() {
+            stream::DELTA => {
+                let delta: stream::Delta =
+                    serde_json::from_str(&event.data).map_err(|e| malformed(stream::DELTA, e))?;
+                sink(AgentEvent::Delta(delta.text));
+            }
+            stream::PROGRESS => {
+                check_progress(&event.data)?;
+                sink(AgentEvent::Progress(event.data));
+            }
+            stream::FINAL => {
+                return serde_json::from_str(&event.data).map_err(|e| malformed(stream::FINAL, e));
+            }
+            stream::ERROR => {
+                let message = serde_json::from_str::<stream::AgentError>(&event.data)
+                    .map(|e| e.message)
+                    .unwrap_or(event.data);
+                return Err(AgentCallError::Reported(
+                    message.chars().take(QUOTED_BODY_CHARS).collect(),
+                ));
+            }
+            other => {
+                return Err(AgentCallError::Malformed(format!(
+                    "event {:?} is not one of delta, progress, final, error",
+                    other.chars().take(64).collect::<String>()
+                )));
+            }
+        }
+    }
+    Err(AgentCallError::Malformed(
+        "the stream ended without a final event".into(),
+    ))
+}
+
+/// A progress event is a JSON object with a short `name`.
+fn check_progress(data: &str) -> Result<(), AgentCallError> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        name: String,
+    }
+    let named: Named = serde_json::from_str(data).map_err(|e| {
+        AgentCallError::Malformed(format!(
+            "the data of a progress event must be an object with a name: {e}"
+        ))
+    })?;
+    if named.name.is_empty() || named.name.len() > stream::MAX_PROGRESS_NAME_BYTES {
+        return Err(AgentCallError::Malformed(format!(
+            "a progress event's name must be 1 to {} bytes",
+            stream::MAX_PROGRESS_NAME_BYTES
+        )));
+    }
+    Ok(())
 }
 
 /// hyper's errors say "client error (Connect)" and keep the cause (such as

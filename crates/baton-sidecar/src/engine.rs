@@ -18,8 +18,9 @@ use baton_workspace::{LocalFiles, Manifest, WorkspaceError, WorkspaceStore};
 use bytes::Bytes;
 use tracing::Instrument;
 
-use crate::agent_client::{AgentCallError, AgentClient};
+use crate::agent_client::{AgentCallError, AgentClient, AgentEvent};
 use crate::inflight::{InFlight, Refused};
+use crate::live::{Kind, LiveTurn};
 pub use crate::local_workspaces::LocalBudget;
 use crate::local_workspaces::{Holds, LocalWorkspaces};
 use crate::metrics::Metrics;
@@ -44,6 +45,9 @@ pub struct TurnAsk {
     pub turn_seq: Option<u64>,
     /// How long to wait for a busy lease before answering BUSY.
     pub wait: Duration,
+    /// Where the turn says what it does as it runs (its attempt, the
+    /// agent's deltas and progress), for a client that follows it.
+    pub live: Option<Arc<LiveTurn>>,
 }
 
 /// A turn's successful answer.
@@ -484,6 +488,18 @@ impl<S: TurnStore + 'static> Engine<S> {
             }
         };
         slot.granted(lease.fence, lease.turn_seq);
+        if let Some(live) = &ask.live {
+            live.push(
+                Kind::Turn,
+                serde_json::json!({
+                    "session": ask.key.session.as_str(),
+                    "turnSeq": lease.turn_seq,
+                    "attempt": lease.fence,
+                    "replica": self.replica,
+                })
+                .to_string(),
+            );
+        }
         let _held = LeaseGauges::hold(&self.metrics);
         let result = self
             .with_lease(ask, input_digest, &lease, state, &mut slot.abort)
@@ -638,7 +654,21 @@ impl<S: TurnStore + 'static> Engine<S> {
             state: agent_state,
             workspace_dir: dir.clone(),
         };
-        let response = self.agent.turn(&request).await.map_err(TurnError::Agent)?;
+        let relay = |event: AgentEvent| {
+            if let Some(live) = &ask.live {
+                match event {
+                    AgentEvent::Delta(text) => {
+                        live.push(Kind::Delta, serde_json::json!({ "text": text }).to_string())
+                    }
+                    AgentEvent::Progress(data) => live.push(Kind::Progress, data),
+                }
+            }
+        };
+        let response = self
+            .agent
+            .turn(&request, &relay)
+            .await
+            .map_err(TurnError::Agent)?;
         let new_payload = Bytes::from(String::from(Box::<str>::from(response.state)));
         if new_payload.len() > baton_session::MAX_PAYLOAD_BYTES {
             return Err(TurnError::BadAgentState(format!(

@@ -15,6 +15,7 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod inflight;
+pub mod live;
 mod local_workspaces;
 pub mod metrics;
 pub mod outcome;

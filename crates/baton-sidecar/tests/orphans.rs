@@ -76,6 +76,7 @@ fn ask(input: &str, turn_seq: u64) -> TurnAsk {
         input: input.into(),
         turn_seq: Some(turn_seq),
         wait: Duration::ZERO,
+        live: None,
     }
 }
 

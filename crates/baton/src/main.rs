@@ -98,6 +98,13 @@ enum Command {
         /// Do not append turns to notes.md (an echo-speed agent for benchmarks).
         #[arg(long)]
         no_notes: bool,
+        /// Stream every reply in this many pieces to a caller that accepts
+        /// a stream (the sidecar does); 0 streams only `/stream` replies.
+        #[arg(long, env = "BATON_AGENT_STREAM_CHUNKS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1000), hide_env_values = true)]
+        stream_chunks: u16,
+        /// The pause between two streamed pieces, in milliseconds.
+        #[arg(long, env = "BATON_AGENT_STREAM_INTERVAL_MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000), hide_env_values = true)]
+        stream_interval_ms: u64,
     },
     /// Run the sidecar of one replica: the turn protocol around an agent,
     /// configured by the BATON_* environment the operator injects.
@@ -167,12 +174,16 @@ fn main() -> ExitCode {
             failure_rate,
             seed,
             no_notes,
+            stream_chunks,
+            stream_interval_ms,
         } => {
             let config = baton_agent::AgentConfig {
                 no_notes,
                 delay: std::time::Duration::from_millis(delay_ms),
                 failure_rate,
                 seed,
+                stream_chunks: stream_chunks.into(),
+                stream_interval: std::time::Duration::from_millis(stream_interval_ms),
             };
             run_agent(listen, config)
         }

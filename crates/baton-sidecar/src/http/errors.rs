@@ -47,13 +47,20 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The body every refusal answers: `{status, error, ...}`.
+    pub fn body(&self) -> Value {
         let mut body = serde_json::Map::new();
         body.insert("status".into(), self.outcome.as_str().into());
-        body.insert("error".into(), self.message.into());
-        body.extend(self.extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
-        let mut response = (self.status, Json(Value::Object(body))).into_response();
+        body.insert("error".into(), self.message.clone().into());
+        body.extend(self.extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+        Value::Object(body)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body())).into_response();
         // Proxies (the `baton dev` front door) route on the outcome without
         // parsing the body.
         response.headers_mut().insert(

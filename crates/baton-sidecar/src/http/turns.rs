@@ -1,7 +1,18 @@
 //! Running turns: `POST /v1/sessions/{session}/turns` and the article's
-//! `POST /api/chat`.
+//! `POST /api/chat`. A client that sends `Accept: text/event-stream` gets
+//! the turn as Server-Sent Events (see [`crate::live`]): `turn` (its
+//! `turnSeq`, attempt and replica), the agent's `delta` and `progress`
+//! events as they arrive, and `committed` (the JSON answer) or `failed`
+//! (the refusal's body: nothing streamed before it was committed). Any
+//! other client gets the JSON answer, also from a streaming agent.
+
+use std::convert::Infallible;
+
+use axum::response::sse::{KeepAlive, Sse};
+use futures::StreamExt;
 
 use super::*;
+use crate::live::{Kind, LiveTurn};
 use crate::outcome::Outcome;
 
 /// The body of `POST /v1/sessions/{session}/turns`.
@@ -105,8 +116,110 @@ impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
             input,
             turn_seq,
             wait,
+            live: None,
         })
     }
+}
+
+/// Whether the client asked for the turn as a stream.
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|media| media.trim().starts_with("text/event-stream"))
+}
+
+/// Answers a turn: JSON once it ended, or a stream as it runs.
+async fn answer<S: TurnStore + SessionCatalog + 'static>(
+    api: &Api<S>,
+    ask: TurnAsk,
+    stream: bool,
+) -> ApiResult<Response> {
+    if stream {
+        stream_turn(&api.engine, ask).await
+    } else {
+        let answer = run_to_completion(&api.engine, ask).await?;
+        Ok(answer_json(&api.engine.replica, answer))
+    }
+}
+
+/// Runs the turn and answers it as Server-Sent Events. A turn refused
+/// before it started (BUSY, GAP, DRAINING, ...) is answered as JSON with
+/// its status, as without streaming: only a started turn is a stream.
+async fn stream_turn<S: TurnStore + SessionCatalog + 'static>(
+    engine: &Arc<Engine<S>>,
+    mut ask: TurnAsk,
+) -> ApiResult<Response> {
+    let live = Arc::new(LiveTurn::default());
+    ask.live = Some(live.clone());
+    let session = ask.key.session.to_string();
+    let mut turn = tokio::spawn({
+        let (engine, live) = (engine.clone(), live.clone());
+        async move {
+            let result = engine.turn(ask).await.map_err(ApiError::from);
+            if live.has_started() {
+                match &result {
+                    Ok(answer) => live.push(Kind::Committed, answer_text(&engine.replica, answer)),
+                    Err(e) => live.push(Kind::Failed, e.body().to_string()),
+                }
+            }
+            result
+        }
+    });
+    tokio::select! {
+        biased;
+        () = live.started() => {}
+        ended = &mut turn => {
+            // Ended before it started: refused, or a duplicate's stored
+            // answer (a stream of its own: the turn and the answer).
+            if !live.has_started() {
+                let answer = ended
+                    .map_err(|e| ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        Outcome::Internal,
+                        format!("the turn task failed: {e}"),
+                    ))??;
+                live.push(
+                    Kind::Turn,
+                    json!({
+                        "session": session,
+                        "turnSeq": answer.turn_seq,
+                        "replica": engine.replica,
+                        "duplicate": true,
+                    })
+                    .to_string(),
+                );
+                live.push(Kind::Committed, answer_text(&engine.replica, &answer));
+            }
+        }
+    }
+    Ok(sse_of(live).into_response())
+}
+
+/// Follows `live` to its end as Server-Sent Events, with a comment every
+/// 15 s so that proxies keep a quiet stream open (an agent may think for a
+/// long while before its first word).
+fn sse_of(
+    live: Arc<LiveTurn>,
+) -> Sse<impl futures::Stream<Item = Result<axum::response::sse::Event, Infallible>>> {
+    let events = futures::stream::unfold((live, 0usize), |(live, from)| async move {
+        let events = live.next_from(from).await;
+        if events.is_empty() {
+            return None;
+        }
+        let next = from + events.len();
+        Some((futures::stream::iter(events), (live, next)))
+    })
+    .flat_map(|e| e)
+    .map(|e| {
+        Ok(axum::response::sse::Event::default()
+            .event(e.kind.as_str())
+            .id(e.id())
+            .data(e.data))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
 /// Runs the turn in its own task: axum drops a handler whose client went
@@ -140,21 +253,31 @@ struct AnswerBody<'a> {
     duplicate: bool,
 }
 
-pub(super) fn answer_json(api_replica: &str, a: TurnAnswer) -> Response {
-    Json(AnswerBody {
-        status: if a.duplicate {
-            Outcome::Duplicate
-        } else {
-            Outcome::Ok
+impl<'a> AnswerBody<'a> {
+    fn of(api_replica: &'a str, a: &'a TurnAnswer) -> Self {
+        Self {
+            status: if a.duplicate {
+                Outcome::Duplicate
+            } else {
+                Outcome::Ok
+            }
+            .as_str(),
+            reply: &a.reply,
+            turn_seq: a.turn_seq,
+            state_version: a.version,
+            replica: api_replica,
+            duplicate: a.duplicate,
         }
-        .as_str(),
-        reply: &a.reply,
-        turn_seq: a.turn_seq,
-        state_version: a.version,
-        replica: api_replica,
-        duplicate: a.duplicate,
-    })
-    .into_response()
+    }
+}
+
+pub(super) fn answer_json(api_replica: &str, a: TurnAnswer) -> Response {
+    Json(AnswerBody::of(api_replica, &a)).into_response()
+}
+
+/// The JSON answer as text, for a stream's `committed` event.
+fn answer_text(api_replica: &str, a: &TurnAnswer) -> String {
+    serde_json::to_string(&AnswerBody::of(api_replica, a)).unwrap_or_default()
 }
 
 pub(super) async fn post_turn<S: TurnStore + SessionCatalog + 'static>(
@@ -167,8 +290,7 @@ pub(super) async fn post_turn<S: TurnStore + SessionCatalog + 'static>(
     let key = api.key(&headers, &session)?;
     let body: TurnBody = api.turn_body(&headers, body).await?;
     let ask = api.ask(key, body.input, body.turn_seq, &query)?;
-    let answer = run_to_completion(&api.engine, ask).await?;
-    Ok(answer_json(&api.engine.replica, answer))
+    answer(&api, ask, wants_stream(&headers)).await
 }
 
 pub(super) async fn post_chat<S: TurnStore + SessionCatalog + 'static>(
@@ -187,6 +309,5 @@ pub(super) async fn post_chat<S: TurnStore + SessionCatalog + 'static>(
         }
     })?;
     let ask = api.ask(key, body.input, body.turn_seq, &query)?;
-    let answer = run_to_completion(&api.engine, ask).await?;
-    Ok(answer_json(&api.engine.replica, answer))
+    answer(&api, ask, wants_stream(&headers)).await
 }
