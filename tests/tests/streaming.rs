@@ -86,6 +86,18 @@ fn streamed_text(events: &[Event]) -> String {
         .collect()
 }
 
+/// A turn asked for as JSON: its answer's body.
+async fn json_turn(http: &reqwest::Client, url: &str, input: &str) -> Value {
+    http.post(url)
+        .json(&json!({ "input": input }))
+        .send()
+        .await
+        .expect("the turn request")
+        .json()
+        .await
+        .unwrap_or(Value::Null)
+}
+
 /// The session's committed version (0 when it has none).
 async fn version(http: &reqwest::Client, base: &str, session: &str) -> u64 {
     let view: Value = http
@@ -168,15 +180,7 @@ async fn a_streaming_client_sees_the_words_before_the_commit_then_the_committed_
     assert_eq!(ids, expected);
 
     // A JSON client of the same streaming agent gets today's answer.
-    let answer: Value = http
-        .post(&turns)
-        .json(&json!({ "input": "/stream 3 0 collected for you" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = json_turn(&http, &turns, "/stream 3 0 collected for you").await;
     assert_eq!(
         (
             answer["status"].as_str(),
@@ -255,15 +259,7 @@ async fn a_stream_cut_before_its_final_event_fails_the_turn_and_commits_nothing(
         "nothing committed"
     );
     // The session goes on from what committed.
-    let answer: Value = http
-        .post(&turns)
-        .json(&json!({ "input": "what is my name" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = json_turn(&http, &turns, "what is my name").await;
     assert_eq!(answer["reply"], "Your name is Ada.", "{answer}");
 }
 
