@@ -51,6 +51,7 @@ use baton_session::model::{
 };
 use baton_session::store::{SessionCatalog, StoreResult, TurnStore, WorkspaceRoots};
 use baton_session::turn_record::now_ms;
+use baton_session::turn_stream::{EventId, StreamEvent, TurnStreams};
 use baton_store_redis::{KeySpace, LeaseRun, RawCommit, RedisStore};
 
 #[derive(Clone)]
@@ -261,6 +262,26 @@ impl WorkspaceRoots for RedisLedgerStore {
             .collect();
         live.extend(self.catalog.ledger.durable_workspaces().await?);
         Ok(live)
+    }
+}
+
+/// Turn streams are Redis's alone: provisional words, never ledgered.
+impl TurnStreams for RedisLedgerStore {
+    async fn append_events(&self, lease: &Lease, events: &[StreamEvent]) -> StoreResult<bool> {
+        self.catalog.redis.append_events(lease, events).await
+    }
+
+    async fn read_events(
+        &self,
+        key: &SessionKey,
+        turn_seq: u64,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> StoreResult<Vec<StreamEvent>> {
+        self.catalog
+            .redis
+            .read_events(key, turn_seq, after, limit)
+            .await
     }
 }
 

@@ -933,3 +933,120 @@ pub async fn a_commit_cannot_move_its_turn_seq<S: TurnStore>(store: S) {
     );
     assert_eq!(store.session(&k).await.unwrap().unwrap().last_turn_seq, 1);
 }
+
+// --- turn streams ---
+
+fn event(
+    kind: turn_stream::EventKind,
+    lease: &Lease,
+    n: u64,
+    data: &str,
+) -> turn_stream::StreamEvent {
+    turn_stream::StreamEvent {
+        kind,
+        attempt: lease.fence,
+        n,
+        data: data.to_owned(),
+    }
+}
+
+/// A turn's stream keeps one attempt's events in order, resumes after any
+/// of them, and takes nothing from an attempt a newer one has written after
+/// (it was fenced out), nor anything twice.
+pub async fn a_turns_stream_keeps_its_order_and_refuses_an_older_attempt<
+    S: TurnStore + turn_stream::TurnStreams,
+>(
+    store: S,
+) {
+    use turn_stream::EventKind::{Delta, Progress, Turn};
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("streamed");
+    let (first, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let opening = [
+        event(Turn, &first, 0, r#"{"turnSeq":1}"#),
+        event(Delta, &first, 1, r#"{"text":"Hel"}"#),
+    ];
+    assert!(store.append_events(&first, &opening).await.unwrap());
+    assert_eq!(store.read_events(&k, 1, None, 100).await.unwrap(), opening);
+    assert_eq!(
+        store
+            .read_events(&k, 1, Some((first.fence, 0)), 100)
+            .await
+            .unwrap(),
+        opening[1..]
+    );
+    // The same events again (a retried append), or one already passed:
+    // refused, nothing doubled.
+    assert!(!store.append_events(&first, &opening[1..]).await.unwrap());
+    let more = [
+        event(Delta, &first, 2, r#"{"text":"lo"}"#),
+        event(Progress, &first, 3, r#"{"name":"tool"}"#),
+    ];
+    assert!(store.append_events(&first, &more).await.unwrap());
+    assert_eq!(store.read_events(&k, 1, None, 100).await.unwrap().len(), 4);
+    assert_eq!(
+        store.read_events(&k, 1, None, 3).await.unwrap().len(),
+        3,
+        "the limit"
+    );
+
+    // Taken over: the new attempt writes, and the old one adds nothing after.
+    store.revoke(&k).await.unwrap();
+    let (second, _) = granted(&store, &begin_req(&k, &b, Some(1))).await;
+    assert!(second.fence > first.fence);
+    assert!(
+        store
+            .append_events(&second, &[event(Turn, &second, 0, r#"{"turnSeq":1}"#)])
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .append_events(&first, &[event(Delta, &first, 4, r#"{"text":"late"}"#)])
+            .await
+            .unwrap(),
+        "a fenced-out attempt appended after the newer one"
+    );
+    let all = store.read_events(&k, 1, None, 100).await.unwrap();
+    let positions: Vec<(u64, u64)> = all.iter().map(|e| e.position()).collect();
+    assert_eq!(
+        positions,
+        [
+            (first.fence, 0),
+            (first.fence, 1),
+            (first.fence, 2),
+            (first.fence, 3),
+            (second.fence, 0)
+        ]
+    );
+    assert_eq!(
+        store
+            .read_events(&k, 1, Some((first.fence, 3)), 100)
+            .await
+            .unwrap(),
+        all[4..]
+    );
+    // Other turns and other sessions have streams of their own.
+    assert!(
+        store
+            .read_events(&k, 2, None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .read_events(&key("other"), 1, None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let globex = SessionKey::new("globex", "streamed").unwrap();
+    assert!(
+        store
+            .read_events(&globex, 1, None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

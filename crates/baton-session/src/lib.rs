@@ -21,6 +21,7 @@ pub mod protocol;
 pub mod sql;
 pub mod store;
 pub mod turn_record;
+pub mod turn_stream;
 
 /// The layout of what replicas write to Redis and the ledger. Replicas of
 /// two layouts must not share a Redis (an older one does not keep the newer

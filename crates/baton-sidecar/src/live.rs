@@ -3,73 +3,15 @@
 //! readers follow from where they are, each at its own pace, without the
 //! turn ever waiting for them.
 //!
-//! Events carry ids `{attempt}-{n}` (the attempt is the lease's fence,
-//! which grows with every attempt on the session; `n` counts the attempt's
-//! events from 0), so a client that lost its connection resumes with
-//! `Last-Event-ID` and sees no event twice.
+//! Events carry ids `{attempt}-{n}` (see [`baton_session::turn_stream`]),
+//! so a client that lost its connection resumes with `Last-Event-ID` and
+//! sees no event twice.
 
 use std::sync::Mutex;
 
 use tokio::sync::watch;
 
-/// What a client following a turn is told.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// The first event: the turn's `turnSeq`, attempt and replica.
-    Turn,
-    /// The next piece of the reply (provisional until `committed`).
-    Delta,
-    /// Something the agent is doing, as it said it.
-    Progress,
-    /// The last event of a committed turn: the answer a JSON client gets.
-    Committed,
-    /// The last event of a turn that did not commit: its outcome and why.
-    /// Whatever was streamed before it is not part of the session.
-    Failed,
-}
-
-impl Kind {
-    /// The SSE event name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Turn => "turn",
-            Self::Delta => "delta",
-            Self::Progress => "progress",
-            Self::Committed => "committed",
-            Self::Failed => "failed",
-        }
-    }
-
-    /// Whether this event ends the turn's stream.
-    pub fn ends(self) -> bool {
-        matches!(self, Self::Committed | Self::Failed)
-    }
-}
-
-/// One event of a turn's stream; `data` is JSON text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    pub kind: Kind,
-    /// The attempt (lease fence) it belongs to; 0 for a duplicate's answer,
-    /// which no attempt ran.
-    pub attempt: u64,
-    /// Its place in the attempt's events, from 0.
-    pub n: u64,
-    pub data: String,
-}
-
-impl Event {
-    /// The SSE id a client resumes from.
-    pub fn id(&self) -> String {
-        format!("{}-{}", self.attempt, self.n)
-    }
-}
-
-/// A `Last-Event-ID` as this module writes it: `(attempt, n)`.
-pub fn parse_event_id(id: &str) -> Option<(u64, u64)> {
-    let (attempt, n) = id.split_once('-')?;
-    Some((attempt.parse().ok()?, n.parse().ok()?))
-}
+pub use baton_session::turn_stream::{EventKind as Kind, StreamEvent as Event, parse_event_id};
 
 /// The events of one turn on this replica, as they happen.
 #[derive(Debug)]
@@ -176,9 +118,6 @@ mod tests {
         let ids: Vec<String> = events.iter().map(Event::id).collect();
         assert_eq!(ids, ["7-0", "7-1", "7-2", "7-3"], "nothing after the end");
         assert_eq!(parse_event_id("7-2"), Some((7, 2)));
-        for bad in ["", "7", "-1", "a-1", "1-b", "1-2-3"] {
-            assert_eq!(parse_event_id(bad), None, "{bad:?}");
-        }
     }
 
     #[tokio::test]

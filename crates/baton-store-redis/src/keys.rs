@@ -48,6 +48,11 @@ impl SessionKeys {
         }
     }
 
+    /// The stream of `turn_seq` (see `streams.rs`).
+    pub fn stream(&self, turn_seq: u64) -> String {
+        format!("{}:stream:{turn_seq}", self.base)
+    }
+
     /// Where a commit under `fence` stages its payload before `commit.lua`
     /// renames it into place.
     pub fn staged(&self, fence: u64) -> String {

@@ -52,6 +52,7 @@ mod runs;
 mod scripts;
 mod shipping;
 mod store;
+mod streams;
 
 pub use baton_redis_cluster::slots;
 pub use baton_session::protocol::RESULTS_RETAINED;

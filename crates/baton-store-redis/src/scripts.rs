@@ -21,6 +21,7 @@ pub(crate) struct Scripts {
     pub(crate) unindex: Script,
     pub(crate) sweeper: Script,
     pub(crate) complete_known: Script,
+    pub(crate) append_stream: Script,
 }
 
 impl Scripts {
@@ -37,6 +38,7 @@ impl Scripts {
             unindex: Script::new(include_str!("scripts/unindex.lua")),
             sweeper: Script::new(include_str!("scripts/sweeper.lua")),
             complete_known: Script::new(include_str!("scripts/complete_known.lua")),
+            append_stream: Script::new(include_str!("scripts/append_stream.lua")),
         }
     }
 }

@@ -38,13 +38,15 @@ use baton_session::turn_record::{self, now_us};
 
 pub use baton_session::protocol::RESULTS_RETAINED;
 
+mod streams;
+
 /// A `TurnStore` on a local SQLite file.
 #[derive(Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
 }
 
-fn db_error(e: sqlx::Error) -> StoreError {
+pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
     match e {
         // A column that does not hold what the schema says: corrupt data.
         sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
@@ -54,16 +56,16 @@ fn db_error(e: sqlx::Error) -> StoreError {
     }
 }
 
-fn ms(d: Duration) -> i64 {
+pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// SQLite integers are signed; the protocol's counters never reach 2^63.
-fn int(v: u64) -> i64 {
+pub(crate) fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn uint(v: i64) -> u64 {
+pub(crate) fn uint(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
@@ -94,7 +96,7 @@ impl SqliteStore {
         Ok(Self { pool })
     }
 
-    async fn immediate(&self) -> StoreResult<sqlx::Transaction<'static, sqlx::Sqlite>> {
+    pub(crate) async fn immediate(&self) -> StoreResult<sqlx::Transaction<'static, sqlx::Sqlite>> {
         self.pool
             .begin_with("BEGIN IMMEDIATE")
             .await
