@@ -237,7 +237,7 @@ async fn relay(answer: reqwest::Response, replica: &str) -> Response {
     let streamed = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
+        .is_some_and(|v| v.starts_with(baton_api::agent_contract::stream::CONTENT_TYPE));
     if streamed {
         let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
         *response.status_mut() = status;

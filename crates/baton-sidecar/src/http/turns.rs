@@ -128,7 +128,11 @@ fn wants_stream(headers: &HeaderMap) -> bool {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|media| media.trim().starts_with("text/event-stream"))
+        .any(|media| {
+            media
+                .trim()
+                .starts_with(baton_api::agent_contract::stream::CONTENT_TYPE)
+        })
 }
 
 /// Answers a turn: JSON once it ended, or a stream as it runs.
