@@ -8,83 +8,9 @@
 
 use std::time::Duration;
 
+use baton_e2e::support::sse::{names, stream_turn, stream_turn_with, streamed_text};
 use baton_e2e::support::{Replica, serial};
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::{Value, json};
-
-/// One event of a turn's stream.
-#[derive(Debug)]
-struct Event {
-    name: String,
-    id: String,
-    data: Value,
-}
-
-/// Sends a turn asking for a stream; the answer's status, and its events
-/// (read to the end when it is a stream), each handed to `each` as it
-/// arrives.
-async fn stream_turn_with(
-    http: &reqwest::Client,
-    url: &str,
-    body: Value,
-    mut each: impl AsyncFnMut(&Event),
-) -> (u16, Vec<Event>, Value) {
-    let response = http
-        .post(url)
-        .header("accept", "text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .expect("the turn request");
-    let status = response.status().as_u16();
-    let is_stream = response
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
-    if !is_stream {
-        return (
-            status,
-            Vec::new(),
-            response.json().await.unwrap_or(Value::Null),
-        );
-    }
-    let mut events = Vec::new();
-    let mut stream = std::pin::pin!(response.bytes_stream().eventsource());
-    let read_all = async {
-        while let Some(event) = stream.next().await {
-            let event = event.expect("a well-formed event");
-            let event = Event {
-                name: event.event,
-                id: event.id,
-                data: serde_json::from_str(&event.data).expect("JSON data"),
-            };
-            each(&event).await;
-            events.push(event);
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), read_all)
-        .await
-        .expect("the stream ended within 30 s");
-    (status, events, Value::Null)
-}
-
-async fn stream_turn(http: &reqwest::Client, url: &str, body: Value) -> (u16, Vec<Event>, Value) {
-    stream_turn_with(http, url, body, async |_| {}).await
-}
-
-fn names(events: &[Event]) -> Vec<&str> {
-    events.iter().map(|e| e.name.as_str()).collect()
-}
-
-/// The text of the stream's deltas, joined.
-fn streamed_text(events: &[Event]) -> String {
-    events
-        .iter()
-        .filter(|e| e.name == "delta")
-        .map(|e| e.data["text"].as_str().expect("delta text"))
-        .collect()
-}
 
 /// A turn asked for as JSON: its answer's body.
 async fn json_turn(http: &reqwest::Client, url: &str, input: &str) -> Value {

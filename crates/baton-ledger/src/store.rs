@@ -267,8 +267,16 @@ impl WorkspaceRoots for RedisLedgerStore {
 
 /// Turn streams are Redis's alone: provisional words, never ledgered.
 impl TurnStreams for RedisLedgerStore {
-    async fn append_events(&self, lease: &Lease, events: &[StreamEvent]) -> StoreResult<bool> {
-        self.catalog.redis.append_events(lease, events).await
+    async fn append_events(
+        &self,
+        key: &SessionKey,
+        turn_seq: u64,
+        events: &[StreamEvent],
+    ) -> StoreResult<bool> {
+        self.catalog
+            .redis
+            .append_events(key, turn_seq, events)
+            .await
     }
 
     async fn read_events(

@@ -966,7 +966,7 @@ pub async fn a_turns_stream_keeps_its_order_and_refuses_an_older_attempt<
         event(Turn, &first, 0, r#"{"turnSeq":1}"#),
         event(Delta, &first, 1, r#"{"text":"Hel"}"#),
     ];
-    assert!(store.append_events(&first, &opening).await.unwrap());
+    assert!(store.append_events(&k, 1, &opening).await.unwrap());
     assert_eq!(store.read_events(&k, 1, None, 100).await.unwrap(), opening);
     assert_eq!(
         store
@@ -977,12 +977,12 @@ pub async fn a_turns_stream_keeps_its_order_and_refuses_an_older_attempt<
     );
     // The same events again (a retried append), or one already passed:
     // refused, nothing doubled.
-    assert!(!store.append_events(&first, &opening[1..]).await.unwrap());
+    assert!(!store.append_events(&k, 1, &opening[1..]).await.unwrap());
     let more = [
         event(Delta, &first, 2, r#"{"text":"lo"}"#),
         event(Progress, &first, 3, r#"{"name":"tool"}"#),
     ];
-    assert!(store.append_events(&first, &more).await.unwrap());
+    assert!(store.append_events(&k, 1, &more).await.unwrap());
     assert_eq!(store.read_events(&k, 1, None, 100).await.unwrap().len(), 4);
     assert_eq!(
         store.read_events(&k, 1, None, 3).await.unwrap().len(),
@@ -996,13 +996,13 @@ pub async fn a_turns_stream_keeps_its_order_and_refuses_an_older_attempt<
     assert!(second.fence > first.fence);
     assert!(
         store
-            .append_events(&second, &[event(Turn, &second, 0, r#"{"turnSeq":1}"#)])
+            .append_events(&k, 1, &[event(Turn, &second, 0, r#"{"turnSeq":1}"#)])
             .await
             .unwrap()
     );
     assert!(
         !store
-            .append_events(&first, &[event(Delta, &first, 4, r#"{"text":"late"}"#)])
+            .append_events(&k, 1, &[event(Delta, &first, 4, r#"{"text":"late"}"#)])
             .await
             .unwrap(),
         "a fenced-out attempt appended after the newer one"

@@ -20,7 +20,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::ids::SessionKey;
-use crate::model::Lease;
 use crate::store::StoreResult;
 
 /// How long a turn's stream is kept after its last event.
@@ -111,14 +110,17 @@ pub fn parse_event_id(id: &str) -> Option<EventId> {
 
 /// The turn streams of a backend.
 pub trait TurnStreams: Send + Sync {
-    /// Appends `events` (all of `lease`'s attempt, in order) to the stream
-    /// of `lease`'s turn. `Ok(false)`, and nothing appended, when the
+    /// Appends `events` (of one attempt, in order) to the stream of
+    /// `(key, turn_seq)`. `Ok(false)`, and nothing appended, when the
     /// stream already holds an event at or past the first one: a newer
     /// attempt has written (this one is over), or the events were appended
-    /// before.
+    /// before. The ids are the fencing: no lease is checked, so a replica
+    /// whose lease lapsed may still say how its attempt ended, until a
+    /// newer attempt writes.
     fn append_events(
         &self,
-        lease: &Lease,
+        key: &SessionKey,
+        turn_seq: u64,
         events: &[StreamEvent],
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 

@@ -489,8 +489,9 @@ impl<S: TurnStore + 'static> Engine<S> {
         };
         slot.granted(lease.fence, lease.turn_seq);
         if let Some(live) = &ask.live {
-            live.push(
-                Kind::Turn,
+            live.start(
+                lease.fence,
+                lease.turn_seq,
                 serde_json::json!({
                     "session": ask.key.session.as_str(),
                     "turnSeq": lease.turn_seq,

@@ -13,19 +13,21 @@ pub mod agent_client;
 pub mod auth;
 pub mod config;
 pub mod engine;
+pub mod follow;
 pub mod http;
 pub mod inflight;
 pub mod live;
 mod local_workspaces;
 pub mod metrics;
 pub mod outcome;
+pub mod recorder;
 mod runtimes;
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use baton_ledger::RedisLedgerStore;
-use baton_session::{SessionCatalog, TurnStore, WorkspaceRoots};
+use baton_session::WorkspaceRoots;
 use baton_store_sqlite::SqliteStore;
 use baton_workspace::WorkspaceStore;
 use baton_workspace::collector::{Collector, CollectorSettings};
@@ -69,7 +71,7 @@ fn workspace_store(args: &SidecarArgs) -> anyhow::Result<WorkspaceStore> {
 }
 
 /// A store a runtime thread can get its own handle on.
-trait ThreadStore: TurnStore + SessionCatalog + WorkspaceRoots + Clone + Sized + 'static {
+trait ThreadStore: http::ApiStore + WorkspaceRoots + Clone + Sized {
     /// A handle whose I/O runs on the current runtime.
     async fn for_this_thread(&self, args: &SidecarArgs) -> anyhow::Result<Self>;
 

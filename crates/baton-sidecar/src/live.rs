@@ -16,46 +16,98 @@ pub use baton_session::turn_stream::{EventKind as Kind, StreamEvent as Event, pa
 /// The events of one turn on this replica, as they happen.
 #[derive(Debug)]
 pub struct LiveTurn {
-    events: Mutex<Vec<Event>>,
+    inner: Mutex<Inner>,
     /// The number of events, for readers waiting for the next one.
     count: watch::Sender<usize>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    events: Vec<Event>,
+    /// The turn's `turnSeq`, known once it started.
+    turn_seq: u64,
+    /// Ended without starting (refused): there will be no event.
+    closed: bool,
 }
 
 impl Default for LiveTurn {
     fn default() -> Self {
         Self {
-            events: Mutex::new(Vec::new()),
+            inner: Mutex::new(Inner::default()),
             count: watch::Sender::new(0),
         }
     }
 }
 
 impl LiveTurn {
-    /// Appends an event of the current attempt (the one the last `Turn`
-    /// event started). Events after the end are dropped: the stream is over.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the turn's attempt `attempt` (its lease's fence; 0 for a
+    /// duplicate's stored answer) of `turn_seq`: its `Turn` event.
+    pub fn start(&self, attempt: u64, turn_seq: u64, data: String) {
+        let mut inner = self.lock();
+        inner.turn_seq = turn_seq;
+        self.append(
+            inner,
+            Event {
+                kind: Kind::Turn,
+                attempt,
+                n: 0,
+                data,
+            },
+        );
+    }
+
+    /// Appends an event of the attempt started last. Events before the
+    /// start or after the end are dropped: there is no stream to add to.
     pub fn push(&self, kind: Kind, data: String) {
-        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        if events.last().is_some_and(|e| e.kind.ends()) {
+        let inner = self.lock();
+        let Some(last) = inner.events.last() else {
+            return;
+        };
+        let (attempt, n) = (last.attempt, last.n + 1);
+        self.append(
+            inner,
+            Event {
+                kind,
+                attempt,
+                n,
+                data,
+            },
+        );
+    }
+
+    /// Ends a turn that never started (it was refused): its readers stop
+    /// waiting.
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        let len = inner.events.len();
+        drop(inner);
+        // Wakes the readers even though the count is unchanged.
+        self.count.send_replace(len);
+    }
+
+    fn append(&self, mut inner: std::sync::MutexGuard<'_, Inner>, event: Event) {
+        if inner.closed || inner.events.last().is_some_and(|e| e.kind.ends()) {
             return;
         }
-        let (attempt, n) = match (kind, events.last()) {
-            (Kind::Turn, _) | (_, None) => (attempt_of(&data), 0),
-            (_, Some(last)) => (last.attempt, last.n + 1),
-        };
-        events.push(Event {
-            kind,
-            attempt,
-            n,
-            data,
-        });
-        let len = events.len();
-        drop(events);
+        inner.events.push(event);
+        let len = inner.events.len();
+        drop(inner);
         self.count.send_replace(len);
     }
 
     /// Whether the turn has started (or already ended).
     pub fn has_started(&self) -> bool {
         *self.count.borrow() > 0
+    }
+
+    /// The turn's `turnSeq`; 0 before it started.
+    pub fn turn_seq(&self) -> u64 {
+        self.lock().turn_seq
     }
 
     /// Waits until the turn's first event is out.
@@ -65,17 +117,22 @@ impl LiveTurn {
         let _ = count.wait_for(|n| *n > 0).await;
     }
 
+    /// The events from index `from` on, as they are now.
+    pub fn events_from(&self, from: usize) -> Vec<Event> {
+        self.lock().events.get(from..).unwrap_or_default().to_vec()
+    }
+
     /// The events from index `from` on, waiting for at least one when there
     /// are none yet. Empty only when the stream had already ended at `from`.
     pub async fn next_from(&self, from: usize) -> Vec<Event> {
         let mut count = self.count.subscribe();
         loop {
             {
-                let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-                if events.len() > from {
-                    return events[from..].to_vec();
+                let inner = self.lock();
+                if inner.events.len() > from {
+                    return inner.events[from..].to_vec();
                 }
-                if events.last().is_some_and(|e| e.kind.ends()) {
+                if inner.closed || inner.events.last().is_some_and(|e| e.kind.ends()) {
                     return Vec::new();
                 }
             }
@@ -84,20 +141,6 @@ impl LiveTurn {
             }
         }
     }
-}
-
-/// The attempt a `Turn` event's data names (`"attempt": N`); 0 when none
-/// does (a duplicate's answer).
-fn attempt_of(data: &str) -> u64 {
-    #[derive(serde::Deserialize)]
-    struct Attempt {
-        #[serde(default)]
-        attempt: Option<u64>,
-    }
-    serde_json::from_str::<Attempt>(data)
-        .ok()
-        .and_then(|a| a.attempt)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -109,21 +152,27 @@ mod tests {
     #[test]
     fn events_are_numbered_within_their_attempt() {
         let live = LiveTurn::default();
-        live.push(Kind::Turn, r#"{"turnSeq":1,"attempt":7}"#.into());
+        live.push(Kind::Delta, r#"{"text":"too early"}"#.into());
+        live.start(7, 1, r#"{"turnSeq":1,"attempt":7}"#.into());
         live.push(Kind::Delta, r#"{"text":"a"}"#.into());
         live.push(Kind::Progress, r#"{"name":"tool"}"#.into());
         live.push(Kind::Committed, "{}".into());
         live.push(Kind::Delta, r#"{"text":"late"}"#.into());
-        let events = live.events.lock().unwrap().clone();
+        let events = live.events_from(0);
         let ids: Vec<String> = events.iter().map(Event::id).collect();
-        assert_eq!(ids, ["7-0", "7-1", "7-2", "7-3"], "nothing after the end");
+        assert_eq!(
+            ids,
+            ["7-0", "7-1", "7-2", "7-3"],
+            "nothing before the start or after the end"
+        );
+        assert_eq!(live.turn_seq(), 1);
         assert_eq!(parse_event_id("7-2"), Some((7, 2)));
     }
 
     #[tokio::test]
     async fn a_reader_waits_for_the_next_event_and_stops_at_the_end() {
         let live = Arc::new(LiveTurn::default());
-        live.push(Kind::Turn, r#"{"attempt":3}"#.into());
+        live.start(3, 1, r#"{"attempt":3}"#.into());
         assert_eq!(live.next_from(0).await.len(), 1);
         let reader = tokio::spawn({
             let live = live.clone();
@@ -137,5 +186,22 @@ mod tests {
         assert_eq!(got[0].kind, Kind::Delta);
         live.push(Kind::Failed, "{}".into());
         assert_eq!(live.next_from(3).await, Vec::new(), "ended: nothing more");
+    }
+
+    #[tokio::test]
+    async fn a_turn_refused_before_it_started_releases_its_readers() {
+        let live = Arc::new(LiveTurn::default());
+        let reader = tokio::spawn({
+            let live = live.clone();
+            async move { live.next_from(0).await }
+        });
+        live.close();
+        let got = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("the reader stopped waiting")
+            .unwrap();
+        assert!(got.is_empty());
+        live.start(1, 1, "{}".into());
+        assert!(!live.has_started(), "nothing starts once closed");
     }
 }

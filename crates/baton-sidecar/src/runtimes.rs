@@ -22,11 +22,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use baton_session::{SessionCatalog, TurnStore};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::http::{self, Api};
+use crate::http::{self, Api, ApiStore};
 
 /// How many runtime threads to run: `0` means one per core (the cgroup's
 /// CPU quota counts, so a pod limited to one CPU gets one).
@@ -114,7 +113,7 @@ pub async fn hand_out(
 
 /// Serves one lane until `stop` turns true; then the server closes its
 /// connections as their requests finish.
-pub async fn serve<S: TurnStore + SessionCatalog + 'static>(
+pub async fn serve<S: ApiStore>(
     lane: Lane,
     api: Arc<Api<S>>,
     routes: http::Routes,

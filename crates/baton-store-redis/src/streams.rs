@@ -11,7 +11,6 @@
 //! another replica).
 
 use baton_session::ids::SessionKey;
-use baton_session::model::Lease;
 use baton_session::store::StoreResult;
 use baton_session::turn_stream::{
     EventId, EventKind, MAX_READ, STREAM_TTL, StreamEvent, TurnStreams, parse_event_id,
@@ -21,11 +20,16 @@ use crate::errors::{corrupt, millis, unavailable};
 use crate::store::RedisStore;
 
 impl TurnStreams for RedisStore {
-    async fn append_events(&self, lease: &Lease, events: &[StreamEvent]) -> StoreResult<bool> {
+    async fn append_events(
+        &self,
+        key: &SessionKey,
+        turn_seq: u64,
+        events: &[StreamEvent],
+    ) -> StoreResult<bool> {
         if events.is_empty() {
             return Ok(true);
         }
-        let stream = self.space.session(&lease.key).stream(lease.turn_seq);
+        let stream = self.space.session(key).stream(turn_seq);
         let mut call = self.scripts.append_stream.key(stream);
         call.arg(millis(STREAM_TTL));
         for event in events {

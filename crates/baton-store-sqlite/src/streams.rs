@@ -5,7 +5,6 @@
 //! expiry are deleted by the appends that come after them.
 
 use baton_session::ids::SessionKey;
-use baton_session::model::Lease;
 use baton_session::store::StoreResult;
 use baton_session::turn_record::now_us;
 use baton_session::turn_stream::{
@@ -19,15 +18,16 @@ use crate::{SqliteStore, db_error, int, ms, uint};
 const EXPIRED_PER_APPEND: i64 = 16;
 
 impl TurnStreams for SqliteStore {
-    async fn append_events(&self, lease: &Lease, events: &[StreamEvent]) -> StoreResult<bool> {
+    async fn append_events(
+        &self,
+        key: &SessionKey,
+        turn_seq: u64,
+        events: &[StreamEvent],
+    ) -> StoreResult<bool> {
         let Some(first) = events.first() else {
             return Ok(true);
         };
-        let (t, s, seq) = (
-            lease.key.tenant.as_str(),
-            lease.key.session.as_str(),
-            int(lease.turn_seq),
-        );
+        let (t, s, seq) = (key.tenant.as_str(), key.session.as_str(), int(turn_seq));
         let now_ms = int(now_us() / 1000);
         let mut tx = self.immediate().await?;
         let expired =

@@ -4,6 +4,7 @@
 //! each) + Postgres + SeaweedFS started by the test itself.
 
 pub mod browser;
+pub mod sse;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

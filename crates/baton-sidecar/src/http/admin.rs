@@ -64,7 +64,7 @@ pub struct DrainQuery {
     wait: bool,
 }
 
-pub(super) async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn post_drain<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Query(query): Query<DrainQuery>,
     headers: HeaderMap,
@@ -86,7 +86,7 @@ pub(super) async fn post_drain<S: TurnStore + SessionCatalog + 'static>(
 /// address is also what any client looks like after a NodePort's SNAT).
 /// The wait is bounded by the drain timeout plus the time aborted turns
 /// take to leave; past it the answer is 503 NOT_DRAINED.
-pub(super) async fn drained<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn drained<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
 ) -> ApiResult<&'static str> {
     let engine = &api.engine;
@@ -109,7 +109,7 @@ pub(super) async fn drained<S: TurnStore + SessionCatalog + 'static>(
     }
 }
 
-pub(super) async fn get_status<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn get_status<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<ReplicaStatus>> {
@@ -120,7 +120,7 @@ pub(super) async fn get_status<S: TurnStore + SessionCatalog + 'static>(
 /// After a drain: gives back every lease the replica could not release when
 /// its turns ended, so no session waits for a lease TTL. The rollout calls
 /// it before deleting the pod.
-pub(super) async fn post_handover<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn post_handover<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Handover>> {
@@ -143,7 +143,7 @@ pub(super) async fn post_handover<S: TurnStore + SessionCatalog + 'static>(
 /// Takeover is an operator's act (the rollout, the dashboard): it fences
 /// out whoever holds the session, so it needs an admin token, and names the
 /// tenant in the path since an admin token belongs to no tenant.
-pub(super) async fn post_takeover<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn post_takeover<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Path((tenant, session)): Path<(String, String)>,
     headers: HeaderMap,
@@ -163,9 +163,7 @@ pub(super) async fn post_takeover<S: TurnStore + SessionCatalog + 'static>(
     }))
 }
 
-pub(super) async fn readyz<S: TurnStore + SessionCatalog + 'static>(
-    State(api): State<Arc<Api<S>>>,
-) -> ApiResult<&'static str> {
+pub(super) async fn readyz<S: ApiStore>(State(api): State<Arc<Api<S>>>) -> ApiResult<&'static str> {
     if api.engine.inflight.is_draining() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -200,9 +198,7 @@ pub(super) async fn readyz<S: TurnStore + SessionCatalog + 'static>(
     Ok("ready\n")
 }
 
-pub(super) async fn metrics<S: TurnStore + SessionCatalog + 'static>(
-    State(api): State<Arc<Api<S>>>,
-) -> impl IntoResponse {
+pub(super) async fn metrics<S: ApiStore>(State(api): State<Arc<Api<S>>>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use baton_api::constants::paths;
+use baton_session::turn_stream::TurnStreams;
 use baton_session::{SessionCatalog, SessionId, SessionKey, StoreError, TenantId, TurnStore};
 use baton_views::{FileList, FileView, Handover, ReplicaStatus, SessionView, StateView, Takeover};
 use serde::de::DeserializeOwned;
@@ -30,12 +31,14 @@ use crate::engine::{Engine, TurnAnswer, TurnAsk, TurnError};
 
 mod admin;
 mod errors;
+mod rejoin;
 mod sessions;
 mod turns;
 
 use admin::*;
 use errors::ApiResult;
 pub use errors::{ApiError, parse_body};
+use rejoin::get_turn_stream;
 use sessions::*;
 use turns::*;
 pub use turns::{ChatBody, TurnBody, TurnQuery};
@@ -46,6 +49,12 @@ pub const MAX_WAIT: Duration = Duration::from_secs(60);
 pub const OUTCOME_HEADER: &str = "x-baton-outcome";
 /// Turns listed in a session view.
 const RECENT_TURNS: u32 = 20;
+
+/// What the API needs of a backend: turns, the dashboard's reads, and
+/// turn streams.
+pub trait ApiStore: TurnStore + SessionCatalog + TurnStreams + 'static {}
+
+impl<S: TurnStore + SessionCatalog + TurnStreams + 'static> ApiStore for S {}
 
 /// Everything the handlers share.
 pub struct Api<S> {
@@ -123,7 +132,7 @@ pub async fn json_refusals(
 /// behind a Service (an L4 proxy that picks a pod per connection) then
 /// reconnects and lands on a replica that serves, instead of hearing
 /// DRAINING on its kept-alive connection until the pod is gone.
-async fn close_when_draining<S: TurnStore + SessionCatalog + 'static>(
+async fn close_when_draining<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -154,12 +163,16 @@ pub enum Routes {
 
 /// The routes `routes` names, with the refusals, limits and draining
 /// behaviour every listener shares.
-pub fn router<S: TurnStore + SessionCatalog + 'static>(api: Arc<Api<S>>, routes: Routes) -> Router {
+pub fn router<S: ApiStore>(api: Arc<Api<S>>, routes: Routes) -> Router {
     let limit = api.max_body_bytes;
     let mut router = Router::new();
     if routes != Routes::Admin {
         router = router
             .route("/v1/sessions/{session}/turns", post(post_turn::<S>))
+            .route(
+                "/v1/sessions/{session}/turns/{turn_seq}/stream",
+                get(get_turn_stream::<S>),
+            )
             .route("/v1/sessions/{session}", get(get_session::<S>))
             .route("/v1/sessions/{session}/files", get(list_files::<S>))
             .route("/v1/sessions/{session}/files/{*name}", get(get_file::<S>))

@@ -10,7 +10,7 @@ pub struct SessionQuery {
     state: bool,
 }
 
-pub(super) async fn get_session<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn get_session<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Path(session): Path<String>,
     Query(query): Query<SessionQuery>,
@@ -58,7 +58,7 @@ pub(super) async fn committed_workspace<S: TurnStore>(
     }
 }
 
-pub(super) async fn list_files<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn list_files<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Path(session): Path<String>,
     headers: HeaderMap,
@@ -87,7 +87,7 @@ pub(super) async fn list_files<S: TurnStore + SessionCatalog + 'static>(
     Ok(Json(FileList { version, files }))
 }
 
-pub(super) async fn get_file<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn get_file<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Path((session, name)): Path<(String, String)>,
     headers: HeaderMap,

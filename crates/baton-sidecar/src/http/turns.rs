@@ -11,9 +11,12 @@ use std::convert::Infallible;
 use axum::response::sse::{KeepAlive, Sse};
 use futures::StreamExt;
 
+use tokio::task::{JoinError, JoinHandle};
+
 use super::*;
 use crate::live::{Kind, LiveTurn};
 use crate::outcome::Outcome;
+use crate::recorder::{self, Record};
 
 /// The body of `POST /v1/sessions/{session}/turns`.
 #[derive(Debug, Deserialize)]
@@ -39,7 +42,7 @@ pub struct TurnQuery {
     wait: Option<String>,
 }
 
-impl<S: TurnStore + SessionCatalog + 'static> Api<S> {
+impl<S: ApiStore> Api<S> {
     pub(super) fn key(&self, headers: &HeaderMap, session: &str) -> ApiResult<SessionKey> {
         let tenant: TenantId = self.auth.tenant(headers)?;
         Self::key_of(tenant, session)
@@ -136,66 +139,88 @@ fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 /// Answers a turn: JSON once it ended, or a stream as it runs.
-async fn answer<S: TurnStore + SessionCatalog + 'static>(
-    api: &Api<S>,
-    ask: TurnAsk,
-    stream: bool,
-) -> ApiResult<Response> {
+async fn answer<S: ApiStore>(api: &Api<S>, ask: TurnAsk, stream: bool) -> ApiResult<Response> {
     if stream {
         stream_turn(&api.engine, ask).await
     } else {
-        let answer = run_to_completion(&api.engine, ask).await?;
+        let (_, turn) = spawn_turn(&api.engine, ask, Record::WhenStreamed);
+        let answer = joined(turn.await)?;
         Ok(answer_json(&api.engine.replica, answer))
     }
+}
+
+/// Starts the turn in a task of its own (axum drops a handler whose client
+/// went away, and a turn cut in half would keep its lease until the TTL),
+/// with the copy of its events to the store beside it. The live turn ends
+/// as the turn does: with its committed answer (a duplicate's stored one
+/// as an attempt 0 of its own), its failure, or closed when it was refused
+/// before it started.
+fn spawn_turn<S: ApiStore>(
+    engine: &Arc<Engine<S>>,
+    mut ask: TurnAsk,
+    record: Record,
+) -> (Arc<LiveTurn>, JoinHandle<ApiResult<TurnAnswer>>) {
+    let live = Arc::new(LiveTurn::default());
+    ask.live = Some(live.clone());
+    tokio::spawn({
+        let (engine, live, key) = (engine.clone(), live.clone(), ask.key.clone());
+        async move { recorder::record(&engine.store, &key, &live, record).await }
+    });
+    let session = ask.key.session.to_string();
+    let turn = tokio::spawn({
+        let (engine, live) = (engine.clone(), live.clone());
+        async move {
+            let result = engine.turn(ask).await.map_err(ApiError::from);
+            match (&result, live.has_started()) {
+                (Ok(answer), false) => {
+                    live.start(
+                        0,
+                        answer.turn_seq,
+                        json!({
+                            "session": session,
+                            "turnSeq": answer.turn_seq,
+                            "replica": engine.replica,
+                            "duplicate": true,
+                        })
+                        .to_string(),
+                    );
+                    live.push(Kind::Committed, answer_text(&engine.replica, answer));
+                }
+                (Ok(answer), true) => {
+                    live.push(Kind::Committed, answer_text(&engine.replica, answer))
+                }
+                (Err(e), true) => live.push(Kind::Failed, e.body().to_string()),
+                (Err(_), false) => live.close(),
+            }
+            result
+        }
+    });
+    (live, turn)
+}
+
+/// A turn task's result.
+fn joined(ended: Result<ApiResult<TurnAnswer>, JoinError>) -> ApiResult<TurnAnswer> {
+    ended.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Outcome::Internal,
+            format!("the turn task failed: {e}"),
+        )
+    })?
 }
 
 /// Runs the turn and answers it as Server-Sent Events. A turn refused
 /// before it started (BUSY, GAP, DRAINING, ...) is answered as JSON with
 /// its status, as without streaming: only a started turn is a stream.
-async fn stream_turn<S: TurnStore + SessionCatalog + 'static>(
-    engine: &Arc<Engine<S>>,
-    mut ask: TurnAsk,
-) -> ApiResult<Response> {
-    let live = Arc::new(LiveTurn::default());
-    ask.live = Some(live.clone());
-    let session = ask.key.session.to_string();
-    let mut turn = tokio::spawn({
-        let (engine, live) = (engine.clone(), live.clone());
-        async move {
-            let result = engine.turn(ask).await.map_err(ApiError::from);
-            if live.has_started() {
-                match &result {
-                    Ok(answer) => live.push(Kind::Committed, answer_text(&engine.replica, answer)),
-                    Err(e) => live.push(Kind::Failed, e.body().to_string()),
-                }
-            }
-            result
-        }
-    });
+async fn stream_turn<S: ApiStore>(engine: &Arc<Engine<S>>, ask: TurnAsk) -> ApiResult<Response> {
+    let (live, mut turn) = spawn_turn(engine, ask, Record::Always);
     tokio::select! {
         biased;
         () = live.started() => {}
         ended = &mut turn => {
-            // Ended before it started: refused, or a duplicate's stored
-            // answer (a stream of its own: the turn and the answer).
+            // Ended: started (a duplicate's answer) or refused.
             if !live.has_started() {
-                let answer = ended
-                    .map_err(|e| ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        Outcome::Internal,
-                        format!("the turn task failed: {e}"),
-                    ))??;
-                live.push(
-                    Kind::Turn,
-                    json!({
-                        "session": session,
-                        "turnSeq": answer.turn_seq,
-                        "replica": engine.replica,
-                        "duplicate": true,
-                    })
-                    .to_string(),
-                );
-                live.push(Kind::Committed, answer_text(&engine.replica, &answer));
+                joined(ended)?;
             }
         }
     }
@@ -224,24 +249,6 @@ fn sse_of(
             .data(e.data))
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-}
-
-/// Runs the turn in its own task: axum drops a handler whose client went
-/// away, and a turn cut in half would keep its lease until the TTL.
-pub(super) async fn run_to_completion<S: TurnStore + SessionCatalog + 'static>(
-    engine: &Arc<Engine<S>>,
-    ask: TurnAsk,
-) -> ApiResult<TurnAnswer> {
-    let engine = engine.clone();
-    let turn = tokio::spawn(async move { engine.turn(ask).await });
-    match turn.await {
-        Ok(result) => result.map_err(ApiError::from),
-        Err(e) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Outcome::Internal,
-            format!("the turn task failed: {e}"),
-        )),
-    }
 }
 
 /// The answer to a turn, written straight from the turn's fields (built as
@@ -284,7 +291,7 @@ fn answer_text(api_replica: &str, a: &TurnAnswer) -> String {
     serde_json::to_string(&AnswerBody::of(api_replica, a)).unwrap_or_default()
 }
 
-pub(super) async fn post_turn<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn post_turn<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Path(session): Path<String>,
     Query(query): Query<TurnQuery>,
@@ -297,7 +304,7 @@ pub(super) async fn post_turn<S: TurnStore + SessionCatalog + 'static>(
     answer(&api, ask, wants_stream(&headers)).await
 }
 
-pub(super) async fn post_chat<S: TurnStore + SessionCatalog + 'static>(
+pub(super) async fn post_chat<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Query(query): Query<TurnQuery>,
     headers: HeaderMap,

@@ -1,0 +1,280 @@
+//! Rejoining a running turn from anywhere: a client whose connection broke
+//! mid-stream follows the rest of the turn on another replica (each event
+//! once, resuming with `Last-Event-ID`), or replays it after it committed;
+//! a replica killed mid-stream ends its followers' streams with a failure,
+//! and the retry streams as a new attempt. `baton dev` with two replica
+//! processes, on the embedded stores and on real Redis, Postgres and S3.
+
+use std::time::Instant;
+
+use baton_e2e::support::sse::{Event, Events, names, stream_turn, streamed_text};
+use baton_e2e::support::{Cluster, Stores, serial, signal};
+use serde_json::{Value, json};
+
+/// The two replicas' sidecar URLs and the first one's process id.
+async fn two_replicas(dev: &Cluster) -> (String, String, u64) {
+    let replicas = dev.replicas().await.expect("the replica list");
+    let url = |i: usize| replicas[i]["url"].as_str().unwrap().to_owned();
+    (url(0), url(1), replicas[0]["pid"].as_u64().unwrap())
+}
+
+/// Reads `stream` until it has sent `deltas` deltas.
+async fn until_deltas(stream: &mut Events, deltas: usize) -> Vec<Event> {
+    let mut events = Vec::new();
+    while events.iter().filter(|e: &&Event| e.name == "delta").count() < deltas {
+        events.push(stream.next().await.expect("the stream goes on"));
+    }
+    events
+}
+
+fn ids(events: &[Event]) -> Vec<String> {
+    events.iter().map(|e| e.id.clone()).collect()
+}
+
+async fn a_client_rejoins_on_another_replica_and_sees_each_event_once(stores: Stores) {
+    let _one = serial().await;
+    let dev = Cluster::start(stores).await;
+    let (a, b) = {
+        let (a, b, _) = two_replicas(&dev).await;
+        (a, b)
+    };
+    let text = "one two three four five six seven eight";
+    let mut first = Events::open(
+        dev.http
+            .post(format!("{a}/v1/sessions/rejoin/turns"))
+            .json(&json!({ "input": format!("/stream 8 200 {text}") })),
+    )
+    .await
+    .expect("a stream");
+    let seen = until_deltas(&mut first, 3).await;
+    drop(first); // the connection breaks mid-answer
+
+    // On the other replica, from the last event seen: the rest, once.
+    let stream_url = format!("{b}/v1/sessions/rejoin/turns/1/stream");
+    let last = seen.last().unwrap().id.clone();
+    let rest = Events::open(dev.http.get(&stream_url).header("last-event-id", &last))
+        .await
+        .expect("a stream")
+        .rest()
+        .await;
+    let all: Vec<Event> = seen.iter().chain(&rest).cloned().collect();
+    assert_eq!(
+        names(&all),
+        [
+            "turn",
+            "progress",
+            "delta",
+            "delta",
+            "delta",
+            "delta",
+            "delta",
+            "delta",
+            "delta",
+            "delta",
+            "committed"
+        ],
+        "{all:?}"
+    );
+    let attempt = all[0].data["attempt"].as_u64().expect("the attempt");
+    let expected: Vec<String> = (0..all.len()).map(|n| format!("{attempt}-{n}")).collect();
+    assert_eq!(ids(&all), expected, "each event once, in order");
+    assert_eq!(streamed_text(&all), text);
+    let committed = &all.last().unwrap().data;
+    assert_eq!(
+        (
+            committed["reply"].as_str(),
+            committed["stateVersion"].as_u64()
+        ),
+        (Some(text), Some(1)),
+        "{committed}"
+    );
+
+    // After the commit: the whole turn again, from either replica or the
+    // front door, with the same ids.
+    for base in [&a, &b, &dev.url] {
+        let replay = Events::open(
+            dev.http
+                .get(format!("{base}/v1/sessions/rejoin/turns/1/stream")),
+        )
+        .await
+        .expect("a stream")
+        .rest()
+        .await;
+        assert_eq!(ids(&replay), expected, "replayed by {base}");
+    }
+    // A client that saw the end and came back (as a browser's EventSource
+    // does) is told there is no more.
+    let again = dev
+        .http
+        .get(&stream_url)
+        .header("last-event-id", all.last().unwrap().id.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 204);
+
+    // A JSON client's turn of a streaming agent is kept too (every reply
+    // streams in `baton dev`).
+    let (status, answer) = dev
+        .turn_on(&a, "rejoin", &json!({ "input": "hello" }), "")
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let replay = Events::open(
+        dev.http
+            .get(format!("{b}/v1/sessions/rejoin/turns/2/stream")),
+    )
+    .await
+    .expect("a stream")
+    .rest()
+    .await;
+    assert_eq!(streamed_text(&replay), answer["reply"].as_str().unwrap());
+    assert_eq!(replay.last().unwrap().data["stateVersion"], 2);
+
+    // Refused, with the field named.
+    let refused = |path: String, last_event_id: Option<&'static str>| {
+        let mut request = dev.http.get(format!("{b}{path}"));
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        async move {
+            let r = request.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    for (path, id, status, field) in [
+        (
+            "/v1/sessions/rejoin/turns/1/stream",
+            Some("7"),
+            400,
+            Some("Last-Event-ID"),
+        ),
+        (
+            "/v1/sessions/rejoin/turns/1/stream",
+            Some("1-x"),
+            400,
+            Some("Last-Event-ID"),
+        ),
+        (
+            "/v1/sessions/rejoin/turns/0/stream",
+            None,
+            400,
+            Some("turnSeq"),
+        ),
+        (
+            "/v1/sessions/rejoin/turns/x/stream",
+            None,
+            400,
+            Some("turnSeq"),
+        ),
+        (
+            "/v1/sessions/rejoin/turns/99999999999999999999/stream",
+            None,
+            400,
+            Some("turnSeq"),
+        ),
+        ("/v1/sessions/rejoin/turns/3/stream", None, 404, None),
+        ("/v1/sessions/nobody/turns/1/stream", None, 404, None),
+    ] {
+        let (got, body) = refused(path.to_owned(), id).await;
+        assert_eq!(got, status, "{path} {id:?}: {body}");
+        assert_eq!(body["field"].as_str(), field, "{path} {id:?}: {body}");
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{body}"
+        );
+    }
+}
+
+async fn a_replica_killed_mid_stream_ends_its_followers_and_the_retry_is_a_new_attempt(
+    stores: Stores,
+) {
+    let _one = serial().await;
+    let dev = Cluster::start(stores).await;
+    let (a, b, pid_a) = two_replicas(&dev).await;
+    let mut writer = Events::open(
+        dev.http
+            .post(format!("{a}/v1/sessions/killed/turns"))
+            .json(&json!({ "input": "/stream 40 250 a long answer that will never finish" })),
+    )
+    .await
+    .expect("a stream");
+    let began = until_deltas(&mut writer, 2).await;
+    let attempt = began[0].data["attempt"].as_u64().expect("the attempt");
+
+    // A follower on the other replica, caught up with the turn.
+    let stream_url = format!("{b}/v1/sessions/killed/turns/1/stream");
+    let mut follower = Events::open(dev.http.get(&stream_url))
+        .await
+        .expect("a stream");
+    let followed = until_deltas(&mut follower, 2).await;
+    assert_eq!(followed[0].data["attempt"].as_u64(), Some(attempt));
+
+    signal(pid_a, "KILL");
+    let killed = Instant::now();
+    let rest = follower.rest().await;
+    let ended = rest.last().expect("an end");
+    assert_eq!(ended.name, "failed", "{rest:?}");
+    assert_eq!(ended.data["status"], "LEASE_LOST", "{}", ended.data);
+    assert_eq!(ended.data["turnSeq"], 1);
+    eprintln!(
+        "the follower's stream ended {} ms after the kill",
+        killed.elapsed().as_millis()
+    );
+    assert!(
+        rest.iter().all(|e| e.name != "committed"),
+        "nothing committed: {rest:?}"
+    );
+    let view: Value = dev
+        .http
+        .get(format!("{b}/v1/sessions/killed"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["version"].as_u64().unwrap_or(0), 0, "{view}");
+
+    // The client sends the turn again: a new attempt, streamed as such.
+    let (status, events, body) = stream_turn(
+        &dev.http,
+        &format!("{b}/v1/sessions/killed/turns?wait=5s"),
+        json!({ "input": "/stream 3 0 the retried answer", "turnSeq": 1 }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let retried = events[0].data["attempt"].as_u64().expect("the attempt");
+    assert!(retried > attempt, "attempt {retried} after {attempt}");
+    assert_eq!(events.last().unwrap().data["stateVersion"], 1);
+    // Rejoined from the start, the turn's stream is the retry's alone:
+    // what the killed attempt said is void.
+    let replay = Events::open(dev.http.get(&stream_url))
+        .await
+        .expect("a stream")
+        .rest()
+        .await;
+    assert_eq!(ids(&replay), ids(&events));
+    assert_eq!(streamed_text(&replay), "the retried answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_rejoins_on_another_replica_embedded() {
+    a_client_rejoins_on_another_replica_and_sees_each_event_once(Stores::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_rejoins_on_another_replica_real_stores() {
+    a_client_rejoins_on_another_replica_and_sees_each_event_once(Stores::Real).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_stream_embedded() {
+    a_replica_killed_mid_stream_ends_its_followers_and_the_retry_is_a_new_attempt(Stores::Embedded)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_stream_real_stores() {
+    a_replica_killed_mid_stream_ends_its_followers_and_the_retry_is_a_new_attempt(Stores::Real)
+        .await;
+}
