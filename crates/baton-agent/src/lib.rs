@@ -62,6 +62,9 @@ struct Agent {
     /// Turns this process ran (each call of the contract), for tests that
     /// check a retried turn never runs the agent twice.
     turns_run: AtomicU64,
+    /// Streamed answers whose caller closed the request before the last
+    /// event, for tests of an interrupt: the sidecar must close it.
+    streams_abandoned: Arc<AtomicU64>,
 }
 
 impl Agent {
@@ -121,7 +124,9 @@ async fn turn(
         cut: false,
     });
     Ok(match asked.or(configured) {
-        Some(plan) if accepts_stream(&headers) => stream_answer(answer, plan).into_response(),
+        Some(plan) if accepts_stream(&headers) => {
+            stream_answer(answer, plan, agent.streams_abandoned.clone()).into_response()
+        }
         _ => Json(answer).into_response(),
     })
 }
@@ -140,6 +145,7 @@ fn accepts_stream(headers: &HeaderMap) -> bool {
 fn stream_answer(
     answer: TurnResponse<Memory>,
     plan: Streaming,
+    abandoned: Arc<AtomicU64>,
 ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let json = |value: serde_json::Value| Event::default().data(value.to_string());
     let mut events = vec![json(serde_json::json!({ "name": "thinking" })).event(stream::PROGRESS)];
@@ -153,15 +159,44 @@ fn stream_answer(
         events.push(json(final_answer).event(stream::FINAL));
     }
     let interval = plan.interval;
-    Sse::new(futures::stream::iter(events.into_iter().enumerate()).then(
-        move |(i, event)| async move {
-            // A pause before each piece after the first, as a model writes.
-            if i > 1 && !interval.is_zero() {
-                tokio::time::sleep(interval).await;
-            }
-            Ok(event)
-        },
-    ))
+    let mut unsent = Unsent {
+        left: events.len(),
+        abandoned,
+    };
+    Sse::new(
+        futures::stream::iter(events.into_iter().enumerate())
+            .then(move |(i, event)| async move {
+                // A pause before each piece after the first, as a model writes.
+                if i > 1 && !interval.is_zero() {
+                    tokio::time::sleep(interval).await;
+                }
+                Ok(event)
+            })
+            .inspect(move |_| unsent.sent_one()),
+    )
+}
+
+/// Counts a streamed answer dropped (its caller went away) before its last
+/// event was sent.
+struct Unsent {
+    left: usize,
+    abandoned: Arc<AtomicU64>,
+}
+
+impl Unsent {
+    /// A method, so that the closure calling it owns all of `self` (a
+    /// closure that names only a field captures only the field).
+    fn sent_one(&mut self) {
+        self.left = self.left.saturating_sub(1);
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if self.left > 0 {
+            self.abandoned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// `text` in `n` pieces of about equal length (in characters).
@@ -234,6 +269,7 @@ pub fn router(config: AgentConfig) -> Router {
     let agent = Arc::new(Agent {
         rng: AtomicU64::new(config.seed),
         turns_run: AtomicU64::new(0),
+        streams_abandoned: Arc::default(),
         config,
     });
     Router::new()
@@ -241,7 +277,10 @@ pub fn router(config: AgentConfig) -> Router {
         .route(
             "/v1/stats",
             get(|State(agent): State<Arc<Agent>>| async move {
-                Json(serde_json::json!({ "turnsRun": agent.turns_run.load(Ordering::Relaxed) }))
+                Json(serde_json::json!({
+                    "turnsRun": agent.turns_run.load(Ordering::Relaxed),
+                    "streamsAbandoned": agent.streams_abandoned.load(Ordering::Relaxed),
+                }))
             }),
         )
         .route("/healthz", get(|| async { "ok" }))

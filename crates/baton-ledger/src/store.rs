@@ -46,8 +46,8 @@ use crate::catalog::RedisCatalog;
 use crate::postgres::PostgresLedger;
 use crate::shipper::{Shipper, WAKE_QUEUE};
 use baton_session::model::{
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, ListQuery,
-    ReplicaView, SessionPage, SessionView, TurnRecord,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseCheck,
+    LeaseView, ListQuery, ReplicaView, SessionPage, SessionView, TurnRecord,
 };
 use baton_session::store::{SessionCatalog, StoreResult, TurnStore, WorkspaceRoots};
 use baton_session::turn_record::now_ms;
@@ -213,6 +213,18 @@ impl TurnStore for RedisLedgerStore {
 
     async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
         self.catalog.redis.revoke(key).await
+    }
+
+    async fn interrupt(
+        &self,
+        key: &SessionKey,
+        turn_seq: Option<u64>,
+    ) -> StoreResult<Option<LeaseView>> {
+        self.catalog.redis.interrupt(key, turn_seq).await
+    }
+
+    async fn check_lease(&self, lease: &Lease) -> StoreResult<LeaseCheck> {
+        self.catalog.redis.check_lease(lease).await
     }
 
     async fn claim_layout(&self, mine: u32, adopt: bool) -> StoreResult<u32> {

@@ -413,6 +413,61 @@ pub async fn revoke_fences_out_the_holder<S: TurnStore>(store: S) {
     assert_eq!(store.revoke(&key("nobody-home")).await.unwrap(), None);
 }
 
+pub async fn an_interrupt_fences_out_the_running_turn_and_tells_it_why<S: TurnStore>(store: S) {
+    let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
+    let k = key("interrupted");
+    turn(&store, &k, &a, "one").await;
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(lease.turn_seq, 2);
+    assert_eq!(store.check_lease(&lease).await.unwrap(), LeaseCheck::Held);
+    // Another turn than the one running: nothing happens.
+    assert_eq!(store.interrupt(&k, Some(3)).await.unwrap(), None);
+    assert_eq!(store.check_lease(&lease).await.unwrap(), LeaseCheck::Held);
+
+    let stopped = store
+        .interrupt(&k, Some(2))
+        .await
+        .unwrap()
+        .expect("the running turn");
+    assert_eq!(
+        (stopped.owner.as_str(), stopped.fence, stopped.turn_seq),
+        ("a", lease.fence, 2)
+    );
+    assert_eq!(
+        store.check_lease(&lease).await.unwrap(),
+        LeaseCheck::Interrupted
+    );
+    assert_eq!(
+        store
+            .commit(&commit_req(&lease, "interrupted", "r"))
+            .await
+            .unwrap(),
+        CommitOutcome::LeaseLost,
+        "an interrupted turn commits nothing"
+    );
+    assert!(!store.renew(&lease, LONG).await.unwrap());
+    // Nothing runs any more: a second interrupt finds nothing.
+    assert_eq!(store.interrupt(&k, None).await.unwrap(), None);
+
+    // The next turn runs as turn 2 again, with a larger fence.
+    let (next, state) = granted(&store, &begin_req(&k, &b, None)).await;
+    assert!(next.fence > lease.fence);
+    assert_eq!((next.turn_seq, state.version), (2, 1));
+    assert_eq!(store.check_lease(&next).await.unwrap(), LeaseCheck::Held);
+    assert_eq!(
+        store.check_lease(&lease).await.unwrap(),
+        LeaseCheck::Interrupted,
+        "the interrupted turn still learns why"
+    );
+    // A takeover is not an interrupt.
+    store.revoke(&k).await.unwrap();
+    assert_eq!(store.check_lease(&next).await.unwrap(), LeaseCheck::Lost);
+    assert_eq!(
+        store.interrupt(&key("nobody-home"), None).await.unwrap(),
+        None
+    );
+}
+
 // --- idempotency and sequencing ---
 
 pub async fn a_duplicate_turn_seq_returns_the_stored_result<S: TurnStore>(store: S) {

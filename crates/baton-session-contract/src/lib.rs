@@ -56,6 +56,7 @@ macro_rules! contract_suite {
             case!(a_dead_replicas_lease_is_free_once_its_heartbeat_stops);
             case!(an_orphaned_lease_of_ones_own_is_reclaimed_at_once);
             case!(revoke_fences_out_the_holder);
+            case!(an_interrupt_fences_out_the_running_turn_and_tells_it_why);
             case!(a_duplicate_turn_seq_returns_the_stored_result);
             case!(a_duplicate_wins_over_busy);
             case!(a_turn_seq_reused_with_another_input_is_refused);

@@ -50,6 +50,17 @@ pub struct Lease {
     pub version: u64,
 }
 
+/// How a running turn's lease stands ([`crate::TurnStore::check_lease`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseCheck {
+    /// Still this turn's, unexpired.
+    Held,
+    /// Dropped by an interrupt ([`crate::TurnStore::interrupt`]).
+    Interrupted,
+    /// Expired, taken over, or released.
+    Lost,
+}
+
 /// The session state a granted turn starts from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionState {

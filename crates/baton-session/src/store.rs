@@ -65,6 +65,25 @@ pub trait TurnStore: Send + Sync {
     /// so the holder can no longer commit. Returns the revoked owner.
     fn revoke(&self, key: &SessionKey) -> impl Future<Output = StoreResult<Option<String>>> + Send;
 
+    /// Interrupts the turn running on `key` (only if it runs `turn_seq`,
+    /// when given): drops its lease and bumps the fence, as a takeover
+    /// does, and marks the session with the interrupted lease's fence so
+    /// that its holder learns why it lost it ([`Self::check_lease`]).
+    /// Returns the lease interrupted; `None` when no unexpired lease (of
+    /// that turn) was held.
+    fn interrupt(
+        &self,
+        key: &SessionKey,
+        turn_seq: Option<u64>,
+    ) -> impl Future<Output = StoreResult<Option<crate::model::LeaseView>>> + Send;
+
+    /// Whether `lease` still holds, and if not, whether it was interrupted.
+    /// A read: a running turn asks often, to stop soon after an interrupt.
+    fn check_lease(
+        &self,
+        lease: &Lease,
+    ) -> impl Future<Output = StoreResult<crate::model::LeaseCheck>> + Send;
+
     /// Marks `replica` alive for `ttl`. A lease whose owner stopped
     /// heartbeating counts as expired.
     fn heartbeat(

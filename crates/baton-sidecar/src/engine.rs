@@ -45,10 +45,25 @@ pub struct TurnAsk {
     pub turn_seq: Option<u64>,
     /// How long to wait for a busy lease before answering BUSY.
     pub wait: Duration,
+    /// Interrupt the turn that holds the session's lease instead of
+    /// waiting for it (`?onBusy=interrupt`); then wait at least
+    /// [`INTERRUPT_WAIT`] for it to let go.
+    pub interrupt: bool,
     /// Where the turn says what it does as it runs (its attempt, the
     /// agent's deltas and progress), for a client that follows it.
     pub live: Option<Arc<LiveTurn>>,
 }
+
+/// How long a turn that interrupted another waits, at least, for the
+/// lease: a turn interrupted on this replica leaves within
+/// [`LEASE_CHECK`].
+pub const INTERRUPT_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a running turn asks whether its lease still holds: an
+/// interrupted turn (or one taken over) stops within this time, closing its
+/// agent's request, rather than at its next renewal. Turns shorter than
+/// this never ask.
+pub const LEASE_CHECK: Duration = Duration::from_millis(250);
 
 /// A turn's successful answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +114,10 @@ pub enum TurnError {
     )]
     AbortedByDrain,
     #[error(
+        "the turn was interrupted (a newer turn on the session asked for it, or a stop); nothing was committed"
+    )]
+    Interrupted,
+    #[error(
         "the store did not answer the commit of turnSeq {turn_seq}: it may or may not have committed; retry with turnSeq {turn_seq} to find out (DUPLICATE if it did)"
     )]
     CommitUnknown { turn_seq: u64 },
@@ -126,6 +145,7 @@ impl TurnError {
             Self::Draining => Outcome::Draining,
             Self::LayoutMismatch { .. } => Outcome::LayoutMismatch,
             Self::AbortedByDrain => Outcome::Aborted,
+            Self::Interrupted => Outcome::Interrupted,
             Self::CommitUnknown { .. } => Outcome::CommitUnknown,
             Self::Agent(AgentCallError::Timeout(_)) => Outcome::AgentTimeout,
             Self::Agent(AgentCallError::Unreachable(_)) => Outcome::AgentUnavailable,
@@ -419,7 +439,13 @@ impl<S: TurnStore + 'static> Engine<S> {
                 store,
             });
         }
-        let deadline = Instant::now() + ask.wait;
+        let wait = if ask.interrupt {
+            ask.wait.max(INTERRUPT_WAIT)
+        } else {
+            ask.wait
+        };
+        let deadline = Instant::now() + wait;
+        let mut interrupted = false;
         let input_digest = digest(ask.input.as_bytes());
         let begin = BeginRequest {
             key: ask.key.clone(),
@@ -456,6 +482,16 @@ impl<S: TurnStore + 'static> Engine<S> {
                         version: result.version,
                         duplicate: true,
                     });
+                }
+                BeginOutcome::Busy { .. } if ask.interrupt && !interrupted => {
+                    // Once: the lease is free at once, and the turn that
+                    // held it stops within LEASE_CHECK (a local one then
+                    // leaves the in-flight registry too).
+                    interrupted = true;
+                    let stopped = self
+                        .timed("interrupt", self.store.interrupt(&ask.key, None))
+                        .await?;
+                    tracing::info!(session = %ask.key, interrupted = ?stopped.map(|l| (l.owner, l.fence, l.turn_seq)), "interrupt asked by a newer turn");
                 }
                 BeginOutcome::Busy { owner, retry_after } => {
                     let now = Instant::now();
@@ -536,6 +572,7 @@ impl<S: TurnStore + 'static> Engine<S> {
         let prepared = tokio::select! {
             prepared = self.prepare(ask, lease, &state) => prepared,
             () = self.renew_until_lost(lease) => Err(TurnError::LeaseLost),
+            stopped = self.until_lease_goes(lease) => Err(stopped),
             _ = abort.wait_for(|a| *a) => Err(TurnError::AbortedByDrain),
         };
         let prepared = match prepared {
@@ -720,6 +757,20 @@ impl<S: TurnStore + 'static> Engine<S> {
                     return;
                 }
                 Err(e) => tracing::warn!(error = %e, "renew failed; retrying"),
+            }
+        }
+    }
+
+    /// Returns once `lease` no longer holds, asking every [`LEASE_CHECK`]:
+    /// interrupted, or lost (expired, taken over). A store that does not
+    /// answer is asked again; the renewals decide when that loses the lease.
+    async fn until_lease_goes(&self, lease: &Lease) -> TurnError {
+        loop {
+            tokio::time::sleep(LEASE_CHECK).await;
+            match self.store.check_lease(lease).await {
+                Ok(baton_session::LeaseCheck::Held) | Err(_) => {}
+                Ok(baton_session::LeaseCheck::Interrupted) => return TurnError::Interrupted,
+                Ok(baton_session::LeaseCheck::Lost) => return TurnError::LeaseLost,
             }
         }
     }

@@ -50,6 +50,9 @@ outcomes! {
     Draining => "DRAINING",
     LayoutMismatch => "LAYOUT_MISMATCH",
     Aborted => "ABORTED",
+    /// Interrupted by a newer turn (`?onBusy=interrupt`) or a stop:
+    /// nothing was committed.
+    Interrupted => "INTERRUPTED",
     CommitUnknown => "COMMIT_UNKNOWN",
     StateLost => "STATE_LOST",
     StoreUnavailable => "STORE_UNAVAILABLE",

@@ -23,6 +23,7 @@ fn ask(session: &str, input: &str) -> TurnAsk {
         input: input.into(),
         turn_seq: None,
         wait: Duration::ZERO,
+        interrupt: false,
         live: None,
     }
 }

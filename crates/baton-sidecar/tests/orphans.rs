@@ -54,6 +54,16 @@ impl<S: TurnStore> TurnStore for Faulty<S> {
     async fn revoke(&self, key: &SessionKey) -> StoreResult<Option<String>> {
         self.inner.revoke(key).await
     }
+    async fn interrupt(
+        &self,
+        key: &SessionKey,
+        turn_seq: Option<u64>,
+    ) -> StoreResult<Option<LeaseView>> {
+        self.inner.interrupt(key, turn_seq).await
+    }
+    async fn check_lease(&self, lease: &Lease) -> StoreResult<LeaseCheck> {
+        self.inner.check_lease(lease).await
+    }
     async fn heartbeat_with(
         &self,
         replica: &ReplicaId,
@@ -76,6 +86,7 @@ fn ask(input: &str, turn_seq: u64) -> TurnAsk {
         input: input.into(),
         turn_seq: Some(turn_seq),
         wait: Duration::ZERO,
+        interrupt: false,
         live: None,
     }
 }

@@ -7,8 +7,8 @@ use redis::{AsyncCommands, Value};
 
 use baton_session::ids::{ReplicaId, SessionKey};
 use baton_session::model::{
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseView,
-    SessionState, SessionView,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseCheck,
+    LeaseView, SessionState, SessionView,
 };
 use baton_session::store::{StoreResult, TurnStore};
 
@@ -354,6 +354,68 @@ impl TurnStore for RedisStore {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)
+    }
+
+    async fn interrupt(
+        &self,
+        key: &SessionKey,
+        turn_seq: Option<u64>,
+    ) -> StoreResult<Option<LeaseView>> {
+        let keys = self.space.session(key);
+        let interrupted: Option<(String, String, String, String)> = self
+            .scripts
+            .interrupt
+            .key(&keys.state)
+            .arg(turn_seq.map(|n| n.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let Some((owner, fence, turn_seq, until)) = interrupted else {
+            return Ok(None);
+        };
+        let num = |f: &str, v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| corrupt(format!("{key}: field {f} is {v:?}, not a number")))
+        };
+        Ok(Some(LeaseView {
+            owner,
+            fence: num("fence", &fence)?,
+            turn_seq: num("lseq", &turn_seq)?,
+            expires_at_ms: num("until", &until)?,
+        }))
+    }
+
+    async fn check_lease(&self, lease: &Lease) -> StoreResult<LeaseCheck> {
+        let keys = self.space.session(&lease.key);
+        type Readout = (
+            (
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+            ),
+            (u64, u64),
+        );
+        let ((fence, owner, until, irq), now): Readout = redis::pipe()
+            .hmget(&keys.state, &["fence", "owner", "until", "irq"])
+            .cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let mine = lease.fence.to_string();
+        let now_ms = now.0 * 1000 + now.1 / 1000;
+        let unexpired = until
+            .and_then(|u| u.parse::<u64>().ok())
+            .is_some_and(|u| u > now_ms);
+        Ok(
+            if owner.is_some() && fence.as_deref() == Some(&mine) && unexpired {
+                LeaseCheck::Held
+            } else if irq.as_deref() == Some(&mine) {
+                LeaseCheck::Interrupted
+            } else {
+                LeaseCheck::Lost
+            },
+        )
     }
 
     async fn heartbeat_with(

@@ -23,9 +23,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use baton_session::ids::{ReplicaId, SessionKey};
 use baton_session::model::{
-    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseView,
-    ListQuery, ReplicaInfo, ReplicaView, SessionPage, SessionState, SessionView, TurnRecord,
-    TurnResult,
+    BeginOutcome, BeginRequest, CommitOutcome, CommitRequest, CommittedState, Lease, LeaseCheck,
+    LeaseView, ListQuery, ReplicaInfo, ReplicaView, SessionPage, SessionState, SessionView,
+    TurnRecord, TurnResult,
 };
 use baton_session::protocol::{
     BeginDecision, CommitDecision, Counters, LiveLease, decide_begin, decide_commit,
@@ -35,6 +35,7 @@ use baton_session::store::{
     SessionCatalog, StoreError, StoreResult, TurnStore, WorkspaceRoots, page_size,
 };
 use baton_session::turn_record::{self, now_us};
+use sqlx::Row;
 
 pub use baton_session::protocol::RESULTS_RETAINED;
 
@@ -453,6 +454,79 @@ impl TurnStore for SqliteStore {
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(owner)
+    }
+
+    async fn interrupt(
+        &self,
+        key: &SessionKey,
+        turn_seq: Option<u64>,
+    ) -> StoreResult<Option<LeaseView>> {
+        let (t, s) = (key.tenant.as_str(), key.session.as_str());
+        let now_us = now_us();
+        let mut tx = self.immediate().await?;
+        let lease = sqlx::query(
+            "SELECT owner, fence, turn_seq, expires_at_ms FROM leases WHERE tenant = ? AND session = ? AND expires_at_ms > ?",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(int(now_us / 1000))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some(lease) = lease.map(|row| LeaseView {
+            owner: row.get(0),
+            fence: uint(row.get(1)),
+            turn_seq: uint(row.get(2)),
+            expires_at_ms: uint(row.get(3)),
+        }) else {
+            return Ok(None);
+        };
+        if turn_seq.is_some_and(|n| n != lease.turn_seq) {
+            return Ok(None);
+        }
+        sqlx::query("DELETE FROM leases WHERE tenant = ? AND session = ?")
+            .bind(t)
+            .bind(s)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        sqlx::query(
+            "UPDATE session_state SET fence = max(fence + 1, ?), interrupted_fence = ? WHERE tenant = ? AND session = ?",
+        )
+        .bind(int(now_us))
+        .bind(int(lease.fence))
+        .bind(t)
+        .bind(s)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(lease))
+    }
+
+    async fn check_lease(&self, lease: &Lease) -> StoreResult<LeaseCheck> {
+        let (t, s) = (lease.key.tenant.as_str(), lease.key.session.as_str());
+        let row = sqlx::query(
+            "SELECT
+               EXISTS (SELECT 1 FROM leases WHERE tenant = ?1 AND session = ?2 AND fence = ?3 AND expires_at_ms > ?4),
+               (SELECT interrupted_fence FROM session_state WHERE tenant = ?1 AND session = ?2)",
+        )
+        .bind(t)
+        .bind(s)
+        .bind(int(lease.fence))
+        .bind(int(now_us() / 1000))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let held: bool = row.get(0);
+        let interrupted: Option<i64> = row.get(1);
+        Ok(if held {
+            LeaseCheck::Held
+        } else if interrupted == Some(int(lease.fence)) {
+            LeaseCheck::Interrupted
+        } else {
+            LeaseCheck::Lost
+        })
     }
 
     async fn heartbeat_with(

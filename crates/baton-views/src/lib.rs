@@ -309,6 +309,20 @@ pub struct Takeover {
     pub revoked_owner: Option<String>,
 }
 
+/// `POST /v1/sessions/{session}/turns/{turnSeq}/interrupt` (and the admin
+/// API's `.../interrupt`): the turn stopped. Nothing it did commits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Interrupted {
+    pub tenant: String,
+    pub session: String,
+    pub turn_seq: u64,
+    /// The attempt stopped (its lease's fence).
+    pub attempt: u64,
+    /// The holder that ran it.
+    pub owner: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

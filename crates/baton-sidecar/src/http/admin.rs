@@ -163,6 +163,22 @@ pub(super) async fn post_takeover<S: ApiStore>(
     }))
 }
 
+/// `POST /v1/admin/tenants/{tenant}/sessions/{session}/interrupt`: the
+/// dashboard's Stop, for whatever turn runs on the session.
+pub(super) async fn post_admin_interrupt<S: ApiStore>(
+    State(api): State<Arc<Api<S>>>,
+    Path((tenant, session)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Interrupted>> {
+    admin(&api, &headers)?;
+    let tenant = TenantId::new(tenant)
+        .map_err(|e| ApiError::bad_request(format!("tenant: {e}")).with("field", "tenant"))?;
+    let session = SessionId::new(session)
+        .map_err(|e| ApiError::bad_request(format!("session id: {e}")).with("field", "session"))?;
+    let by = actor(&api, &headers);
+    super::turns::interrupt(&api, SessionKey { tenant, session }, None, &by).await
+}
+
 pub(super) async fn readyz<S: ApiStore>(State(api): State<Arc<Api<S>>>) -> ApiResult<&'static str> {
     if api.engine.inflight.is_draining() {
         return Err(ApiError::new(

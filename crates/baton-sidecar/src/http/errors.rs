@@ -155,6 +155,8 @@ impl From<TurnError> for ApiError {
             TurnError::AbortedByDrain => {
                 status(StatusCode::SERVICE_UNAVAILABLE).retry_after(retry_soon)
             }
+            // Someone asked for it: not worth a retry.
+            TurnError::Interrupted => status(StatusCode::CONFLICT),
             TurnError::CommitUnknown { turn_seq } => status(StatusCode::SERVICE_UNAVAILABLE)
                 .with("turnSeq", turn_seq)
                 .retry_after(retry_soon),

@@ -21,7 +21,9 @@ use axum::{Json, Router};
 use baton_api::constants::paths;
 use baton_session::turn_stream::TurnStreams;
 use baton_session::{SessionCatalog, SessionId, SessionKey, StoreError, TenantId, TurnStore};
-use baton_views::{FileList, FileView, Handover, ReplicaStatus, SessionView, StateView, Takeover};
+use baton_views::{
+    FileList, FileView, Handover, Interrupted, ReplicaStatus, SessionView, StateView, Takeover,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -173,6 +175,10 @@ pub fn router<S: ApiStore>(api: Arc<Api<S>>, routes: Routes) -> Router {
                 "/v1/sessions/{session}/turns/{turn_seq}/stream",
                 get(get_turn_stream::<S>),
             )
+            .route(
+                "/v1/sessions/{session}/turns/{turn_seq}/interrupt",
+                post(post_interrupt::<S>),
+            )
             .route("/v1/sessions/{session}", get(get_session::<S>))
             .route("/v1/sessions/{session}/files", get(list_files::<S>))
             .route("/v1/sessions/{session}/files/{*name}", get(get_file::<S>))
@@ -188,6 +194,10 @@ pub fn router<S: ApiStore>(api: Arc<Api<S>>, routes: Routes) -> Router {
             .route(
                 "/v1/admin/tenants/{tenant}/sessions/{session}/takeover",
                 post(post_takeover::<S>),
+            )
+            .route(
+                "/v1/admin/tenants/{tenant}/sessions/{session}/interrupt",
+                post(post_admin_interrupt::<S>),
             );
     }
     router

@@ -18,13 +18,9 @@ use crate::live::Event;
 /// The header an SSE client resumes with.
 const LAST_EVENT_ID: &str = "last-event-id";
 
-pub(super) async fn get_turn_stream<S: ApiStore>(
-    State(api): State<Arc<Api<S>>>,
-    Path((session, turn_seq)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> ApiResult<Response> {
-    let key = api.key(&headers, &session)?;
-    let turn_seq = turn_seq
+/// A `{turnSeq}` path segment.
+pub(super) fn parse_turn_seq(turn_seq: &str) -> ApiResult<u64> {
+    turn_seq
         .parse::<u64>()
         .ok()
         .filter(|n| *n > 0)
@@ -33,7 +29,16 @@ pub(super) async fn get_turn_stream<S: ApiStore>(
                 "path turnSeq: {turn_seq:?} is not a turn number (1, 2, ...)"
             ))
             .with("field", "turnSeq")
-        })?;
+        })
+}
+
+pub(super) async fn get_turn_stream<S: ApiStore>(
+    State(api): State<Arc<Api<S>>>,
+    Path((session, turn_seq)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let key = api.key(&headers, &session)?;
+    let turn_seq = parse_turn_seq(&turn_seq)?;
     let after = match headers.get(LAST_EVENT_ID) {
         None => None,
         Some(v) => Some(

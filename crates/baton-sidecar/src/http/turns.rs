@@ -37,10 +37,20 @@ pub struct ChatBody {
     pub turn_seq: Option<u64>,
 }
 
+/// A turn's query: what to do when another turn holds the session.
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TurnQuery {
+    /// `reject` (BUSY at once, the default), `wait` (for `wait`, or
+    /// [`DEFAULT_WAIT`]) or `interrupt` (stop the running turn, then run).
+    on_busy: Option<String>,
+    /// How long to wait for the lease (a duration: `5s`); alone, it means
+    /// `onBusy=wait`.
     wait: Option<String>,
 }
+
+/// How long `onBusy=wait` waits when no `wait` is given.
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 impl<S: ApiStore> Api<S> {
     pub(super) fn key(&self, headers: &HeaderMap, session: &str) -> ApiResult<SessionKey> {
@@ -102,23 +112,44 @@ impl<S: ApiStore> Api<S> {
             .with("field", "turnSeq"));
         }
         let wait = match &query.wait {
-            None => Duration::ZERO,
-            Some(w) => baton_api::validate::parse_duration(w)
-                .ok()
-                .filter(|d| *d <= MAX_WAIT)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "query wait: {w:?} is not a duration between 0s and {}s (e.g. 5s)",
-                        MAX_WAIT.as_secs()
-                    ))
-                    .with("field", "wait")
-                })?,
+            None => None,
+            Some(w) => Some(
+                baton_api::validate::parse_duration(w)
+                    .ok()
+                    .filter(|d| *d <= MAX_WAIT)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "query wait: {w:?} is not a duration between 0s and {}s (e.g. 5s)",
+                            MAX_WAIT.as_secs()
+                        ))
+                        .with("field", "wait")
+                    })?,
+            ),
+        };
+        let (wait, interrupt) = match (query.on_busy.as_deref(), wait) {
+            (None, wait) => (wait.unwrap_or_default(), false),
+            (Some("reject"), None) => (Duration::ZERO, false),
+            (Some("reject"), Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "query onBusy=reject and wait: a turn that rejects a busy session does not wait (leave one out)",
+                )
+                .with("field", "onBusy"));
+            }
+            (Some("wait"), wait) => (wait.unwrap_or(DEFAULT_WAIT), false),
+            (Some("interrupt"), wait) => (wait.unwrap_or_default(), true),
+            (Some(other), _) => {
+                return Err(ApiError::bad_request(format!(
+                    "query onBusy: {other:?} is not one of reject, wait, interrupt"
+                ))
+                .with("field", "onBusy"));
+            }
         };
         Ok(TurnAsk {
             key,
             input,
             turn_seq,
             wait,
+            interrupt,
             live: None,
         })
     }
@@ -321,4 +352,43 @@ pub(super) async fn post_chat<S: ApiStore>(
     })?;
     let ask = api.ask(key, body.input, body.turn_seq, &query)?;
     answer(&api, ask, wants_stream(&headers)).await
+}
+
+/// `POST /v1/sessions/{session}/turns/{turnSeq}/interrupt`: stops turn
+/// `turnSeq` wherever it runs (a user's Stop). Its replica closes the
+/// agent's request within [`crate::engine::LEASE_CHECK`]; nothing it did
+/// commits; its client gets INTERRUPTED. 404 when the turn is not running.
+pub(super) async fn post_interrupt<S: ApiStore>(
+    State(api): State<Arc<Api<S>>>,
+    Path((session, turn_seq)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Interrupted>> {
+    let key = api.key(&headers, &session)?;
+    let turn_seq = super::rejoin::parse_turn_seq(&turn_seq)?;
+    interrupt(&api, key, Some(turn_seq), "client").await
+}
+
+/// Interrupts the turn running on `key` (turn `turn_seq` only, when given).
+pub(super) async fn interrupt<S: ApiStore>(
+    api: &Api<S>,
+    key: SessionKey,
+    turn_seq: Option<u64>,
+    requested_by: &str,
+) -> ApiResult<Json<Interrupted>> {
+    let Some(lease) = api.engine.store.interrupt(&key, turn_seq).await? else {
+        let which = turn_seq.map_or_else(|| "no turn".to_owned(), |n| format!("turn {n}"));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            Outcome::NotFound,
+            format!("{which} is running on session {key}: nothing to interrupt"),
+        ));
+    };
+    tracing::info!(session = %key, turn_seq = lease.turn_seq, fence = lease.fence, owner = %lease.owner, requested_by, "turn interrupted");
+    Ok(Json(Interrupted {
+        tenant: key.tenant.to_string(),
+        session: key.session.to_string(),
+        turn_seq: lease.turn_seq,
+        attempt: lease.fence,
+        owner: lease.owner,
+    }))
 }

@@ -1,9 +1,13 @@
-//! Rejoining a running turn from anywhere: a client whose connection broke
-//! mid-stream follows the rest of the turn on another replica (each event
-//! once, resuming with `Last-Event-ID`), or replays it after it committed;
-//! a replica killed mid-stream ends its followers' streams with a failure,
-//! and the retry streams as a new attempt. `baton dev` with two replica
-//! processes, on the embedded stores and on real Redis, Postgres and S3.
+//! Live turns across replicas. Rejoining a running turn from anywhere: a
+//! client whose connection broke mid-stream follows the rest of the turn
+//! on another replica (each event once, resuming with `Last-Event-ID`), or
+//! replays it after it committed; a replica killed mid-stream ends its
+//! followers' streams with a failure, and the retry streams as a new
+//! attempt. Interrupting: a turn sent with `?onBusy=interrupt` on one
+//! replica stops a streaming turn on another (its agent's request closed,
+//! nothing committed) and runs in its place; a Stop does the same without
+//! a new turn. `baton dev` with two replica processes, on the embedded
+//! stores and on real Redis, Postgres and S3.
 
 use std::time::Instant;
 
@@ -255,6 +259,168 @@ async fn a_replica_killed_mid_stream_ends_its_followers_and_the_retry_is_a_new_a
         .await;
     assert_eq!(ids(&replay), ids(&events));
     assert_eq!(streamed_text(&replay), "the retried answer");
+}
+
+/// The agents' count of streamed answers whose request the sidecar closed
+/// before the end.
+async fn streams_abandoned(dev: &Cluster) -> u64 {
+    let mut total = 0;
+    for r in dev.replicas().await.expect("replica list") {
+        let stats: Value = dev
+            .http
+            .get(format!("{}/v1/stats", r["agentUrl"].as_str().unwrap()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        total += stats["streamsAbandoned"].as_u64().unwrap();
+    }
+    total
+}
+
+async fn a_newer_turn_interrupts_a_streaming_turn_on_another_replica(stores: Stores) {
+    let _one = serial().await;
+    let dev = Cluster::start(stores).await;
+    let (a, b, _) = two_replicas(&dev).await;
+    let (status, _) = dev
+        .turn_on(&a, "irq", &json!({ "input": "my name is Ada" }), "")
+        .await;
+    assert_eq!(status, 200);
+
+    let mut running = Events::open(
+        dev.http
+            .post(format!("{a}/v1/sessions/irq/turns"))
+            .json(&json!({ "input": "/stream 40 250 my name is Bob, and this goes on and on" })),
+    )
+    .await
+    .expect("a stream");
+    let began = until_deltas(&mut running, 2).await;
+    let attempt = began[0].data["attempt"].as_u64().unwrap();
+    assert_eq!(began[0].data["turnSeq"], 2);
+
+    // Without a choice: BUSY, as ever. With a bad one: refused, named.
+    let (status, body) = dev
+        .turn_on(&b, "irq", &json!({ "input": "stop" }), "")
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (409, Some("BUSY")),
+        "{body}"
+    );
+    for query in [
+        "?onBusy=later",
+        "?onBusy=reject&wait=1s",
+        "?onBusy=wait&wait=forever",
+    ] {
+        let (status, body) = dev
+            .turn_on(&b, "irq", &json!({ "input": "stop" }), query)
+            .await;
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(
+            ["onBusy", "wait"].contains(&body["field"].as_str().unwrap_or_default()),
+            "{query}: {body}"
+        );
+    }
+
+    let interrupted_at = Instant::now();
+    let (status, events, body) = stream_turn(
+        &dev.http,
+        &format!("{b}/v1/sessions/irq/turns?onBusy=interrupt"),
+        json!({ "input": "what is my name" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // The running turn's client is told it was interrupted.
+    let rest = running.rest().await;
+    let ended = rest.last().expect("an end");
+    assert_eq!(
+        (ended.name.as_str(), ended.data["status"].as_str()),
+        ("failed", Some("INTERRUPTED")),
+        "{rest:?}"
+    );
+    eprintln!(
+        "the interrupted turn's stream ended {} ms after the interrupt was sent",
+        interrupted_at.elapsed().as_millis()
+    );
+    // The new input ran as the next turn (2: the interrupted one did not
+    // commit), from the state before it: Bob never happened.
+    let turn = &events[0].data;
+    assert_eq!(turn["turnSeq"], 2, "{turn}");
+    assert!(turn["attempt"].as_u64().unwrap() > attempt);
+    let committed = &events.last().unwrap().data;
+    assert_eq!(
+        (
+            committed["reply"].as_str(),
+            committed["stateVersion"].as_u64()
+        ),
+        (Some("Your name is Ada."), Some(2)),
+        "{committed}"
+    );
+    // The agent's request was closed, not left to run to its end.
+    baton_testkit::poll_async(
+        std::time::Duration::from_secs(10),
+        "the interrupted agent request closed",
+        || async { (streams_abandoned(&dev).await >= 1).then_some(()) },
+    )
+    .await;
+
+    // A Stop, with no new turn: the running turn ends INTERRUPTED and
+    // nothing commits; stopping it again finds nothing.
+    let mut running = Events::open(
+        dev.http
+            .post(format!("{a}/v1/sessions/irq/turns"))
+            .json(&json!({ "input": "/stream 40 250 my name is Eve, and so on" })),
+    )
+    .await
+    .expect("a stream");
+    let began = until_deltas(&mut running, 1).await;
+    assert_eq!(began[0].data["turnSeq"], 3);
+    let stop = format!("{b}/v1/sessions/irq/turns/3/interrupt");
+    let wrong = dev
+        .http
+        .post(format!("{b}/v1/sessions/irq/turns/4/interrupt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 404, "only the turn named");
+    let stopped: Value = dev
+        .http
+        .post(&stop)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (stopped["turnSeq"].as_u64(), stopped["attempt"].as_u64()),
+        (Some(3), began[0].data["attempt"].as_u64()),
+        "{stopped}"
+    );
+    let rest = running.rest().await;
+    assert_eq!(rest.last().unwrap().data["status"], "INTERRUPTED");
+    let again = dev.http.post(&stop).send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 404);
+    let (_, answer) = dev
+        .turn_on(&b, "irq", &json!({ "input": "what is my name" }), "")
+        .await;
+    assert_eq!(
+        (answer["reply"].as_str(), answer["stateVersion"].as_u64()),
+        (Some("Your name is Ada."), Some(3)),
+        "{answer}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_turn_interrupts_a_streaming_turn_embedded() {
+    a_newer_turn_interrupts_a_streaming_turn_on_another_replica(Stores::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_turn_interrupts_a_streaming_turn_real_stores() {
+    a_newer_turn_interrupts_a_streaming_turn_on_another_replica(Stores::Real).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
