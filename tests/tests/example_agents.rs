@@ -1,5 +1,5 @@
 //! The example agents of `docs/agents/` (Python and TypeScript, about 30
-//! lines each) against the sidecar's contract: two `baton sidecar`
+//! lines each, and each in a streaming variant) against the sidecar's contract: two `baton sidecar`
 //! replicas on one embedded store in front of one agent process, as in a
 //! pod pair. A session's state and workspace files cross replicas (the agent
 //! keeps nothing in its process), a retried turn is answered from the store,
@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use baton_e2e::support::sse::{names, stream_turn, streamed_text};
 use serde_json::{Value, json};
 
 /// Child processes killed when the test ends, whatever its outcome.
@@ -80,8 +81,11 @@ async fn get(http: &reqwest::Client, url: String) -> (u16, String) {
     (r.status().as_u16(), r.text().await.unwrap_or_default())
 }
 
-/// The contract, through two sidecars in front of the agent `agent`.
-async fn passes_the_contract(agent: Command, name: &str) {
+/// The contract, through two sidecars in front of the agent `agent`; with
+/// `streams`, an agent that streams its replies (contract version 2), whose
+/// JSON clients get the collected answer and whose streaming clients see
+/// the words arrive one by one.
+async fn passes_the_contract(agent: Command, name: &str, streams: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut processes = Processes::default();
     let agent_url = start(&mut processes, agent, name);
@@ -154,6 +158,31 @@ async fn passes_the_contract(agent: Command, name: &str) {
     let session: Value = serde_json::from_str(&session).unwrap();
     assert_eq!(session["state"]["payload"]["turns"], 2, "{name}: {session}");
 
+    if streams {
+        let (status, events, body) = stream_turn(
+            &http,
+            &format!("{b}/v1/sessions/s-2/turns"),
+            json!({ "input": "stream this to me" }),
+        )
+        .await;
+        assert_eq!(status, 200, "{name}: {body}");
+        let names = names(&events);
+        assert_eq!(names[..2], ["turn", "progress"], "{name}: {events:?}");
+        assert_eq!(names.last(), Some(&"committed"), "{name}: {events:?}");
+        let deltas = names.iter().filter(|n| **n == "delta").count();
+        assert!(deltas >= 5, "{name}: word by word: {events:?}");
+        let committed = &events.last().unwrap().data;
+        assert_eq!(
+            committed["reply"].as_str(),
+            Some(streamed_text(&events).as_str()),
+            "{name}: the words make the reply"
+        );
+        assert!(
+            streamed_text(&events).starts_with("turn 1: you said"),
+            "{name}: {committed}"
+        );
+    }
+
     // The agent stops: the turn fails without committing anything.
     let agent = &mut processes.0[0];
     agent.kill().unwrap();
@@ -180,7 +209,16 @@ async fn python_example_agent_passes_the_contract() {
     agent
         .arg(format!("{REPO}/docs/agents/python/agent.py"))
         .env("BATON_AGENT_PORT", "0");
-    passes_the_contract(agent, "python").await;
+    passes_the_contract(agent, "python", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_streaming_example_agent_passes_the_contract() {
+    let mut agent = Command::new("python3");
+    agent
+        .arg(format!("{REPO}/docs/agents/python/streaming_agent.py"))
+        .env("BATON_AGENT_PORT", "0");
+    passes_the_contract(agent, "python (streaming)", true).await;
 }
 
 /// `tsc` on PATH, and the node_modules it came with (for `@types/node`).
@@ -208,11 +246,16 @@ fn typescript() -> (PathBuf, PathBuf) {
     (tsc, modules)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn typescript_example_agent_passes_the_contract() {
+/// The TypeScript examples, compiled by `tsc` in strict mode.
+fn typescript_build() -> tempfile::TempDir {
     let (tsc, modules) = typescript();
     let build = tempfile::tempdir().unwrap();
-    for file in ["agent.ts", "tsconfig.json", "package.json"] {
+    for file in [
+        "agent.ts",
+        "streaming_agent.ts",
+        "tsconfig.json",
+        "package.json",
+    ] {
         std::fs::copy(
             format!("{REPO}/docs/agents/typescript/{file}"),
             build.path().join(file),
@@ -231,9 +274,20 @@ async fn typescript_example_agent_passes_the_contract() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut agent = Command::new("node");
-    agent
-        .arg(build.path().join("dist/agent.js"))
-        .env("BATON_AGENT_PORT", "0");
-    passes_the_contract(agent, "typescript").await;
+    build
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_example_agents_pass_the_contract() {
+    let build = typescript_build();
+    for (script, name, streams) in [
+        ("dist/agent.js", "typescript", false),
+        ("dist/streaming_agent.js", "typescript (streaming)", true),
+    ] {
+        let mut agent = Command::new("node");
+        agent
+            .arg(build.path().join(script))
+            .env("BATON_AGENT_PORT", "0");
+        passes_the_contract(agent, name, streams).await;
+    }
 }
