@@ -6,13 +6,14 @@
 //! attempt. Interrupting: a turn sent with `?onBusy=interrupt` on one
 //! replica stops a streaming turn on another (its agent's request closed,
 //! nothing committed) and runs in its place; a Stop does the same without
-//! a new turn. `baton dev` with two replica processes, on the embedded
+//! a new turn. A drain lets a streaming turn finish within its timeout and
+//! aborts one that outlasts it with a failure saying when to retry. `baton dev` with two replica processes, on the embedded
 //! stores and on real Redis, Postgres and S3.
 
 use std::time::Instant;
 
 use baton_e2e::support::sse::{Event, Events, names, stream_turn, streamed_text};
-use baton_e2e::support::{Cluster, Stores, serial, signal};
+use baton_e2e::support::{Cluster, ClusterOptions, Stores, serial, signal};
 use serde_json::{Value, json};
 
 /// The two replicas' sidecar URLs and the first one's process id.
@@ -411,6 +412,85 @@ async fn a_newer_turn_interrupts_a_streaming_turn_on_another_replica(stores: Sto
         (Some("Your name is Ada."), Some(3)),
         "{answer}"
     );
+}
+
+async fn a_drain_lets_a_streaming_turn_finish_and_aborts_one_that_outlasts_it(stores: Stores) {
+    let _one = serial().await;
+    let dev = Cluster::start_with(ClusterOptions {
+        stores,
+        drain_timeout: "3s",
+        ..ClusterOptions::default()
+    })
+    .await;
+    let (a, b, _) = two_replicas(&dev).await;
+    let open = |session: &'static str, input: &'static str| {
+        Events::open(
+            dev.http
+                .post(format!("{a}/v1/sessions/{session}/turns"))
+                .json(&json!({ "input": input })),
+        )
+    };
+    let mut short = open("short", "/stream 4 400 finishes within the drain")
+        .await
+        .expect("a stream");
+    let mut long = open("long", "/stream 40 250 outlasts the drain")
+        .await
+        .expect("a stream");
+    until_deltas(&mut short, 1).await;
+    until_deltas(&mut long, 1).await;
+    let drain = dev
+        .http
+        .post(format!("{a}/v1/admin/drain"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(drain.status().as_u16(), 202, "the drain started");
+
+    // Within the drain timeout: it streams to its end and commits.
+    let rest = short.rest().await;
+    let end = rest.last().unwrap();
+    assert_eq!(
+        (end.name.as_str(), end.data["reply"].as_str()),
+        ("committed", Some("finishes within the drain")),
+        "{rest:?}"
+    );
+    // Past it: aborted, with a failure that says nothing committed and
+    // when to send it again.
+    let rest = long.rest().await;
+    let end = rest.last().unwrap();
+    assert_eq!(
+        (end.name.as_str(), end.data["status"].as_str()),
+        ("failed", Some("ABORTED")),
+        "{rest:?}"
+    );
+    assert!(end.data["retryAfterMs"].as_u64().is_some(), "{}", end.data);
+    // Sent again (the same turnSeq) to a replica that serves: it runs.
+    let (status, events, body) = stream_turn(
+        &dev.http,
+        &format!("{b}/v1/sessions/long/turns"),
+        json!({ "input": "/stream 2 0 sent again", "turnSeq": 1 }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let committed = &events.last().unwrap().data;
+    assert_eq!(
+        (
+            committed["reply"].as_str(),
+            committed["stateVersion"].as_u64()
+        ),
+        (Some("sent again"), Some(1)),
+        "{committed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_and_streaming_turns_embedded() {
+    a_drain_lets_a_streaming_turn_finish_and_aborts_one_that_outlasts_it(Stores::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_and_streaming_turns_real_stores() {
+    a_drain_lets_a_streaming_turn_finish_and_aborts_one_that_outlasts_it(Stores::Real).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
