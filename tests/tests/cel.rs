@@ -58,6 +58,7 @@ fn cross_field_fixtures_fail_the_cel_rules_too() {
             "renewInterval must be greater than 0 and shorter than leaseTtl",
         ),
         ("lease-too-short", "leaseTtl must be between 2s and 1h"),
+        ("retention-too-short", "retention must be at least 1h"),
         (
             "progress-deadline-too-short",
             "progressDeadline must be between 10s and 24h",
@@ -122,4 +123,23 @@ fn cel_and_rust_agree_on_session_timings() {
         }
     }
     assert_eq!(checked, 540);
+}
+
+/// CEL and the Rust validation agree on `spec.ledger.retention`.
+#[test]
+fn cel_and_rust_agree_on_the_ledger_retention() {
+    for retention in [
+        "30m", "59m59s", "1h", "720h", "1d", "30d", "0d", "05d", "99999d",
+    ] {
+        let text = format!(
+            "apiVersion: baton.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {{name: bot}}\nspec:\n  image: x\n  ledger: {{content: digest, retention: {retention}}}\n"
+        );
+        let rust_ok = validate(&parse::from_yaml(&text).unwrap()).is_ok();
+        let cel = cel_errors(&text);
+        assert_eq!(
+            rust_ok,
+            cel.is_none(),
+            "disagreement on {retention}: CEL says {cel:?}"
+        );
+    }
 }

@@ -462,6 +462,7 @@ fn the_dashboard_serves_the_sessions_of_an_embedded_store() {
             state_ttl: std::time::Duration::from_secs(3600),
             started_at_ms: 1,
             input_digest: "in".into(),
+            input: None,
         };
         store.commit(&commit).await.unwrap();
     });

@@ -7,7 +7,8 @@
 //! replica stops a streaming turn on another (its agent's request closed,
 //! nothing committed) and runs in its place; a Stop does the same without
 //! a new turn. A drain lets a streaming turn finish within its timeout and
-//! aborts one that outlasts it with a failure saying when to retry. `baton dev` with two replica processes, on the embedded
+//! aborts one that outlasts it with a failure saying when to retry. The
+//! history keeps what was said unless told to keep digests. `baton dev` with two replica processes, on the embedded
 //! stores and on real Redis, Postgres and S3.
 
 use std::time::Instant;
@@ -481,6 +482,58 @@ async fn a_drain_lets_a_streaming_turn_finish_and_aborts_one_that_outlasts_it(st
         (Some("sent again"), Some(1)),
         "{committed}"
     );
+}
+
+/// The turn history keeps what was said by default, digests alone with
+/// `--ledger-content digest`; on the real stores (Postgres) and the
+/// embedded one.
+async fn the_history_shows_what_was_said_unless_told_to_keep_digests(stores: Stores) {
+    let _one = serial().await;
+    for (content, keeps_text) in [("full", true), ("digest", false)] {
+        let dev = Cluster::start_with(ClusterOptions {
+            stores,
+            extra_args: vec![format!("--ledger-content={content}")],
+            ..ClusterOptions::default()
+        })
+        .await;
+        let (status, answer) = dev.chat("said", "my name is <b>Lin</b>").await;
+        assert_eq!(status, 200, "{answer}");
+        let turns = baton_testkit::poll_async(
+            std::time::Duration::from_secs(20),
+            "the turn in the ledger",
+            || async {
+                let view = dev.session("said").await;
+                let turns = view["turns"].as_array()?.clone();
+                (!turns.is_empty()).then_some(turns)
+            },
+        )
+        .await;
+        let turn = &turns[0];
+        assert_eq!(
+            turn["inputDigest"].as_str().map(str::len),
+            Some(64),
+            "{turn}"
+        );
+        if keeps_text {
+            assert_eq!(turn["input"], "my name is <b>Lin</b>", "{turn}");
+            assert_eq!(turn["reply"], answer["reply"], "{turn}");
+        } else {
+            assert!(
+                turn.get("input").is_none() && turn.get("reply").is_none(),
+                "{turn}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_shows_what_was_said_embedded() {
+    the_history_shows_what_was_said_unless_told_to_keep_digests(Stores::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_shows_what_was_said_real_stores() {
+    the_history_shows_what_was_said_unless_told_to_keep_digests(Stores::Real).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,7 +150,7 @@ async fn a_paused_leader_writes_nothing_when_it_wakes_while_another_holds_the_le
     let client = cp.admin_client().await;
     let (home, ns, mut first, second) =
         leader_standby_and_example(&client, "paused", ["operator-e", "operator-f"]).await;
-    let writes_before_pause = first.writes().await;
+    let writes_before_pause = first.settled_writes().await;
     assert!(writes_before_pause > 0.0, "the leader applied the example");
 
     baton_testkit::send_signal(first.pid(), "STOP");

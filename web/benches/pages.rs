@@ -66,6 +66,7 @@ async fn one_turn(store: &RedisLedgerStore, replica: &ReplicaId, key: SessionKey
         state_ttl: Duration::from_secs(24 * 3600),
         started_at_ms: turn_record::now_ms(),
         input_digest: "in".into(),
+        input: None,
     };
     assert!(matches!(
         store.commit(&commit).await.unwrap(),

@@ -114,6 +114,11 @@ async fn commit_turns(
             state_ttl: Duration::from_secs(3600),
             started_at_ms: 1,
             input_digest: "in".into(),
+            // What was said, hostile and, for the first turn, long.
+            input: Some(format!(
+                "hello <b>{i}</b>{}",
+                " and so on".repeat(if i == 0 { 40 } else { 0 })
+            )),
         };
         assert!(matches!(
             f.store.commit(&commit).await.unwrap(),
@@ -389,6 +394,13 @@ async fn the_session_page_shows_turns_files_and_the_state_on_request() {
         "{html}"
     );
     assert!(html.contains("data-name=\"notes.md\""), "{html}");
+    // What was said, escaped; a long input folded behind its start.
+    assert!(
+        html.contains("hello &lt;b&gt;1&lt;/b&gt;") && !html.contains("hello <b>"),
+        "{html}"
+    );
+    assert!(html.contains(r#"<details class="said folded">"#), "{html}");
+    assert!(html.contains("class=\"said-out\""), "{html}");
     assert!(html.contains("&lt;b&gt;Lin&lt;/b&gt; likes tea"), "{html}");
     // The state only when revealed; a viewer gets no takeover.
     assert!(

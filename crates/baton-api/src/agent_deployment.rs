@@ -114,6 +114,63 @@ pub struct AgentDeploymentSpec {
 
     #[serde(default)]
     pub rollout: RolloutSpec,
+
+    #[serde(default)]
+    pub ledger: LedgerSpec,
+}
+
+/// `spec.ledger.retention`: a duration, or a number of days (`30d`).
+pub const RETENTION_PATTERN: &str = r"^([1-9][0-9]{0,4}d|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
+
+/// What the turn ledger keeps of each turn, and for how long.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.retention) || (self.retention.endsWith('d') ? !self.retention.startsWith('0') : duration(self.retention) >= duration('1h'))").message("retention must be at least 1h").field_path(".retention")
+)]
+pub struct LedgerSpec {
+    /// `full` (the default): each turn's input and reply, beside their
+    /// SHA-256 digests, so the dashboard shows what was said; `digest`:
+    /// the digests alone.
+    #[serde(default)]
+    pub content: LedgerContent,
+
+    /// How long turn records are kept after their commit: a duration
+    /// (`720h`) or days (`30d`), at least 1h. Unset: as long as the ledger
+    /// exists. A replica deletes older records every 10 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(RETENTION_PATTERN))]
+    pub retention: Option<String>,
+}
+
+/// What the ledger keeps of a turn's words.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LedgerContent {
+    #[default]
+    Full,
+    Digest,
+}
+
+impl LedgerContent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Digest => "digest",
+        }
+    }
+}
+
+impl std::str::FromStr for LedgerContent {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        match value {
+            "full" => Ok(Self::Full),
+            "digest" => Ok(Self::Digest),
+            other => Err(format!("{other:?} is not one of full, digest")),
+        }
+    }
 }
 
 fn default_replicas() -> i32 {

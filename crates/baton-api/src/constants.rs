@@ -132,6 +132,10 @@ pub mod env {
     /// share external stores never meet.
     pub const STORE_NAMESPACE: &str = "BATON_STORE_NAMESPACE";
     pub const LEASE_TTL: &str = "BATON_LEASE_TTL";
+    /// What the ledger keeps of a turn: `full` or `digest`.
+    pub const LEDGER_CONTENT: &str = "BATON_LEDGER_CONTENT";
+    /// How long the ledger keeps turn records (`30d`, `720h`); unset: always.
+    pub const LEDGER_RETENTION: &str = "BATON_LEDGER_RETENTION";
     pub const STATE_TTL: &str = "BATON_STATE_TTL";
     pub const RENEW_INTERVAL: &str = "BATON_RENEW_INTERVAL";
     pub const DRAIN_TIMEOUT: &str = "BATON_DRAIN_TIMEOUT";

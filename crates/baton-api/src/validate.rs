@@ -29,6 +29,9 @@ pub mod bounds {
     use std::time::Duration;
 
     pub const LEASE_TTL_MIN: Duration = Duration::from_secs(2);
+    /// The shortest `spec.ledger.retention`: shorter would delete the
+    /// history of sessions still in use.
+    pub const LEDGER_RETENTION_MIN: Duration = Duration::from_secs(3600);
     pub const LEASE_TTL_MAX: Duration = Duration::from_secs(3600);
     pub const STATE_TTL_MAX: Duration = Duration::from_secs(366 * 24 * 3600);
     pub const DRAIN_TIMEOUT_MIN: Duration = Duration::from_secs(1);
@@ -324,6 +327,23 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{value:?} is not a duration: {e}"))
 }
 
+/// A retention (`spec.ledger.retention`, `--ledger-retention`): a duration
+/// as [`parse_duration`] reads it, or a whole number of days (`30d`).
+pub fn parse_retention(value: &str) -> Result<Duration, String> {
+    if let Some(days) = value.strip_suffix('d')
+        && !days.is_empty()
+        && days.len() <= 5
+        && !days.starts_with('0')
+        && days.bytes().all(|b| b.is_ascii_digit())
+    {
+        let days: u64 = days
+            .parse()
+            .map_err(|_| format!("{value:?} is out of range"))?;
+        return Ok(Duration::from_secs(days * 24 * 3600));
+    }
+    parse_duration(value).map_err(|e| format!("{e}, or days such as 30d"))
+}
+
 /// Formats a duration the way [`parse_duration`] reads it back and a person
 /// writes it: `24h`, `1m30s`, `30s`, `250ms`.
 pub fn format_duration(d: Duration) -> String {
@@ -521,6 +541,22 @@ pub fn validate(resource: &AgentDeployment) -> Result<ValidAgentDeployment, Vali
             )
         },
     );
+
+    if let Some(retention) = &spec.ledger.retention {
+        match parse_retention(retention) {
+            Ok(d) => c.require(
+                d >= bounds::LEDGER_RETENTION_MIN,
+                "spec.ledger.retention",
+                || {
+                    format!(
+                        "{retention} must be at least {}",
+                        format_duration(bounds::LEDGER_RETENTION_MIN)
+                    )
+                },
+            ),
+            Err(e) => c.fail("spec.ledger.retention", e),
+        }
+    }
 
     // Derived names must be valid for their kinds; only check the ones that exist.
     if !name.is_empty() {

@@ -76,6 +76,16 @@ pub struct DevArgs {
     /// `--agent-stream-interval-ms 50` shows the words coming one by one).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub agent_stream_interval_ms: u64,
+
+    /// What the turn ledger keeps of each turn: `full` (what was said, the
+    /// dashboard shows it) or `digest` (SHA-256 digests alone).
+    #[arg(long, default_value = "full", value_parser = |v: &str| v.parse::<baton_api::LedgerContent>())]
+    pub ledger_content: baton_api::LedgerContent,
+
+    /// How long the ledger keeps turn records (`30d`, `720h`); unset: always.
+    #[arg(long, value_parser = baton_api::validate::parse_retention)]
+    pub ledger_retention: Option<std::time::Duration>,
+
     /// Share of the reference agent's turns that fail, 0.0 to 1.0.
     #[arg(long, default_value = "0")]
     pub agent_failure_rate: String,

@@ -198,6 +198,10 @@ impl ReplicaSlot {
             .arg("--workspace-dir")
             .arg(self.workspace_dir(args));
         args.timing.pass_to(&mut sidecar);
+        sidecar.arg(format!("--ledger-content={}", args.ledger_content.as_str()));
+        if let Some(retention) = args.ledger_retention {
+            sidecar.arg(format!("--ledger-retention={}ms", retention.as_millis()));
+        }
         match (&args.redis_url, &args.database_url) {
             // In the environment, not the command line: the URLs may hold
             // passwords, and any local user can read a command line.

@@ -123,6 +123,7 @@ async fn commit_once_each(writer: &RedisLedgerStore, replica: &ReplicaId, sessio
             state_ttl: Duration::from_secs(3600),
             started_at_ms: 1,
             input_digest: "in".into(),
+            input: None,
         };
         writer.commit(&commit).await.unwrap();
     }

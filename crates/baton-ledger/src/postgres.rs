@@ -233,9 +233,10 @@ impl PostgresLedger {
         };
         let done = sqlx::query(
             "INSERT INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest,
-               reply_digest, workspace, started_at_ms, committed_at_ms)
+               reply_digest, workspace, started_at_ms, committed_at_ms, input_text, reply_text)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[],
-               $6::int8[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[])
+               $6::int8[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[],
+               $12::text[], $13::text[])
              ON CONFLICT (tenant, session, turn_seq) DO NOTHING RETURNING tenant, session",
         )
         .bind(texts(|k, _| k.tenant.as_str()))
@@ -253,6 +254,16 @@ impl PostgresLedger {
         )
         .bind(ints(|r| r.started_at_ms))
         .bind(ints(|r| r.committed_at_ms))
+        .bind(
+            rows.iter()
+                .map(|(_, r)| r.input.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            rows.iter()
+                .map(|(_, r)| r.reply.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -392,6 +403,21 @@ impl PostgresLedger {
         .await
         .map_err(db_error)?;
         ledger_session(key, &row)
+    }
+
+    /// Deletes up to `limit` turn records committed before `before_ms`
+    /// (`spec.ledger.retention`); returns how many went.
+    pub async fn forget_turns_before(&self, before_ms: u64, limit: u32) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "DELETE FROM turns WHERE ctid = ANY(ARRAY(
+               SELECT ctid FROM turns WHERE committed_at_ms < $1 LIMIT $2))",
+        )
+        .bind(int(before_ms))
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
     }
 
     /// The most recent turns of `key`, newest first.

@@ -277,6 +277,15 @@ impl WorkspaceRoots for RedisLedgerStore {
     }
 }
 
+impl baton_session::LedgerRetention for RedisLedgerStore {
+    async fn forget_turns_before(&self, before_ms: u64, limit: u32) -> StoreResult<u64> {
+        self.catalog
+            .ledger
+            .forget_turns_before(before_ms, limit)
+            .await
+    }
+}
+
 /// Turn streams are Redis's alone: provisional words, never ledgered.
 impl TurnStreams for RedisLedgerStore {
     async fn append_events(

@@ -95,6 +95,7 @@ async fn load(store: RedisLedgerStore, k: SessionKey, stop: Arc<AtomicBool>) -> 
             state_ttl: cases::DAY,
             started_at_ms: 1,
             input_digest: format!("{}-{}", k.session, state.version + 1),
+            input: None,
         };
         match store.commit(&commit).await {
             Ok(CommitOutcome::Committed { version }) => {

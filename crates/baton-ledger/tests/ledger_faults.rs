@@ -234,6 +234,8 @@ async fn shippers_holding_sessions_in_opposite_orders_both_commit() {
         workspace: None,
         started_at_ms: 1,
         committed_at_ms: 2,
+        input: None,
+        reply: None,
     };
     for round in 0..5 {
         let keys: Vec<_> = (0..200).map(|n| key(&format!("r{round}-s{n}"))).collect();
@@ -347,6 +349,8 @@ async fn a_lost_session_without_a_durable_copy_is_state_lost() {
         workspace: None,
         started_at_ms: 1,
         committed_at_ms: turn_record::now_ms(),
+        input: None,
+        reply: None,
     };
     store
         .ledger()
@@ -705,6 +709,8 @@ async fn a_record_below_the_highest_shipped_turn_seq_is_still_shipped() {
             workspace: None,
             started_at_ms: 1,
             committed_at_ms: turn_record::now_ms(),
+            input: None,
+            reply: None,
         })
         .unwrap()
     };

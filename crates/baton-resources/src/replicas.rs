@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use baton_api::ValidAgentDeployment;
 use baton_api::constants::{
     NON_ROOT_UID, TERMINATION_GRACE_MARGIN_SECONDS, annotations, env, mounts, paths, ports,
     secret_keys,
 };
 use baton_api::validate::{Dependency, format_duration};
+use baton_api::{LedgerContent, ValidAgentDeployment};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, Lifecycle,
@@ -77,6 +77,16 @@ impl RuntimeConfig {
                 format!("0.0.0.0:{}", ports::SIDECAR_ADMIN),
             ),
         ]);
+        // Only what differs from the sidecar's defaults (full text, kept
+        // as long as the ledger), so that an operator upgrade that brought
+        // these settings rolls no deployment that does not use them.
+        let ledger = &agd.resource.spec.ledger;
+        if ledger.content != LedgerContent::Full {
+            settings.insert(env::LEDGER_CONTENT, ledger.content.as_str().to_owned());
+        }
+        if let Some(retention) = &ledger.retention {
+            settings.insert(env::LEDGER_RETENTION, retention.clone());
+        }
         let (bucket, path_style) = match &agd.object_store {
             Dependency::Managed(m) => (m.bucket.clone(), true),
             Dependency::External(e) => (e.bucket.clone(), e.force_path_style),

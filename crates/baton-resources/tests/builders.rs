@@ -116,6 +116,29 @@ fn replica_stateful_set_carries_the_sidecar_and_the_agent() {
 }
 
 #[test]
+fn the_ledger_settings_reach_the_sidecar_only_when_they_differ_from_its_defaults() {
+    let defaults = render(&minimal_with("spec: {image: example/bot:1}"));
+    let sidecar = container(defaults.replicas(), "baton");
+    let names: Vec<&str> = sidecar
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert!(
+        !names.contains(&env::LEDGER_CONTENT) && !names.contains(&env::LEDGER_RETENTION),
+        "defaults set nothing, so an upgrade rolls no pod: {names:?}"
+    );
+    let set = render(&minimal_with(
+        "spec: {image: example/bot:1, ledger: {content: digest, retention: 30d}}",
+    ));
+    let sidecar = container(set.replicas(), "baton");
+    assert_eq!(env_value(sidecar, env::LEDGER_CONTENT), "digest");
+    assert_eq!(env_value(sidecar, env::LEDGER_RETENTION), "30d");
+    assert_ne!(config_hash(&defaults), config_hash(&set), "a new revision");
+}
+
+#[test]
 fn sidecar_environment_carries_the_session_settings_from_the_spec() {
     let agd = minimal_with(
         "spec: {image: example/bot:1, agentPort: 9000, session: {leaseTtl: 12s, stateTtl: 48h, drainTimeout: 90s, heartbeatInterval: 400ms}}",

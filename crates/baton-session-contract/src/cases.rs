@@ -45,6 +45,7 @@ pub fn commit_req(lease: &Lease, payload: &str, reply: &str) -> CommitRequest {
         state_ttl: DAY,
         started_at_ms: 1,
         input_digest: "in".into(),
+        input: None,
     }
 }
 
@@ -912,6 +913,66 @@ pub async fn turn_history_is_newest_first<S: TurnStore + SessionCatalog>(store: 
             .iter()
             .all(|t| t.replica == "a" && t.fence > 0 && t.reply_digest.len() == 64)
     );
+}
+
+pub async fn the_history_keeps_what_was_said_and_forgets_past_the_retention<
+    S: TurnStore + SessionCatalog + LedgerRetention,
+>(
+    store: S,
+) {
+    let a = replica(&store, "a").await;
+    let k = key("said");
+    let said = "my name is <b>Lin</b> \"用户\"\n";
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    let mut full = commit_req(&lease, "{}", "Hi <i>Lin</i>");
+    full.input = Some(said.to_owned());
+    store.commit(&full).await.unwrap();
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    store
+        .commit(&commit_req(&lease, "{}", "digests alone"))
+        .await
+        .unwrap();
+    wait_until_async(
+        Duration::from_secs(10),
+        "two turns in the history",
+        || async { store.turns(&k, 10).await.map(|t| t.len()).unwrap_or(0) == 2 },
+    )
+    .await;
+    let turns = store.turns(&k, 10).await.unwrap();
+    assert_eq!(
+        (turns[0].input.as_deref(), turns[0].reply.as_deref()),
+        (None, None),
+        "a turn committed with digests alone"
+    );
+    assert_eq!(
+        (turns[1].input.as_deref(), turns[1].reply.as_deref()),
+        (Some(said), Some("Hi <i>Lin</i>")),
+        "kept as said"
+    );
+    assert_eq!(
+        turns[1].input_digest, "in",
+        "the digests stay beside the text"
+    );
+
+    // Nothing is older than an hour: nothing goes.
+    let now = baton_session::turn_record::now_ms();
+    assert_eq!(
+        store
+            .forget_turns_before(now - 3_600_000, 10)
+            .await
+            .unwrap(),
+        0
+    );
+    // Everything is older than a moment from now: it goes, a batch at a time.
+    assert_eq!(store.forget_turns_before(now + 60_000, 1).await.unwrap(), 1);
+    assert_eq!(
+        store.forget_turns_before(now + 60_000, 10).await.unwrap(),
+        1
+    );
+    assert!(store.turns(&k, 10).await.unwrap().is_empty());
+    // The session itself is untouched.
+    let view = store.inspect(&k).await.unwrap().expect("the session");
+    assert_eq!((view.version, view.last_turn_seq), (2, 2));
 }
 
 pub async fn replicas_are_listed_while_they_heartbeat<S: TurnStore + SessionCatalog>(store: S) {

@@ -105,6 +105,7 @@ macro_rules! catalog_suite {
 
             case!(sessions_list_in_key_order_page_by_page);
             case!(turn_history_is_newest_first);
+            case!(the_history_keeps_what_was_said_and_forgets_past_the_retention);
             case!(replicas_are_listed_while_they_heartbeat);
         }
     };

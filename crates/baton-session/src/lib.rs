@@ -34,6 +34,6 @@ pub const DATA_LAYOUT: u32 = 2;
 pub use ids::{InvalidId, ReplicaId, SessionId, SessionKey, TenantId};
 pub use model::*;
 pub use store::{
-    MAX_PAYLOAD_BYTES, MAX_REPLY_BYTES, SessionCatalog, StoreError, StoreResult, TurnStore,
-    WorkspaceRoots,
+    LedgerRetention, MAX_PAYLOAD_BYTES, MAX_REPLY_BYTES, SessionCatalog, StoreError, StoreResult,
+    TurnStore, WorkspaceRoots,
 };

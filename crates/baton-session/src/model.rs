@@ -128,6 +128,10 @@ pub struct CommitRequest {
     pub started_at_ms: u64,
     /// Digest of the turn's input, for the turn record.
     pub input_digest: String,
+    /// The turn's input, when the ledger keeps what was said
+    /// (`spec.ledger.content: full`): the turn record then holds it and the
+    /// reply beside their digests. `None`: digests alone.
+    pub input: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,6 +161,13 @@ pub struct TurnRecord {
     pub workspace: Option<String>,
     pub started_at_ms: u64,
     pub committed_at_ms: u64,
+    /// What was said, when the ledger keeps it (see
+    /// [`CommitRequest::input`]); records written with digests alone, or
+    /// before the ledger kept text, have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
 }
 
 /// A committed version of a session's state.
@@ -195,6 +206,8 @@ impl TurnRecord {
             workspace: self.workspace.clone(),
             started_at_ms: self.started_at_ms,
             committed_at_ms: self.committed_at_ms,
+            input: self.input.clone(),
+            reply: self.reply.clone(),
         }
     }
 }

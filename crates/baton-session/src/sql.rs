@@ -52,6 +52,8 @@ where
         workspace: col(row, "workspace")?,
         started_at_ms: counter(row, "started_at_ms")?,
         committed_at_ms: counter(row, "committed_at_ms")?,
+        input: col(row, "input_text")?,
+        reply: col(row, "reply_text")?,
     })
 }
 

@@ -158,6 +158,18 @@ pub trait WorkspaceRoots: Send + Sync {
     ) -> impl Future<Output = StoreResult<std::collections::HashSet<String>>> + Send;
 }
 
+/// The ledger's retention (`spec.ledger.retention`): turn records older
+/// than it go. The sessions' counters and durable states stay.
+pub trait LedgerRetention: Send + Sync {
+    /// Deletes up to `limit` turn records committed before `before_ms`
+    /// (Unix ms); returns how many went.
+    fn forget_turns_before(
+        &self,
+        before_ms: u64,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
 /// What the dashboard reads: sessions, their turn history, live replicas.
 pub trait SessionCatalog: Send + Sync {
     /// Sessions in (tenant, session) order, one page at a time.

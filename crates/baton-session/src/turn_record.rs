@@ -25,6 +25,12 @@ pub fn record(req: &CommitRequest, committed_at_ms: u64) -> TurnRecord {
         workspace: req.workspace.clone(),
         started_at_ms: req.started_at_ms,
         committed_at_ms,
+        input: req.input.clone(),
+        // The reply is the agent's text (a JSON string): kept as such.
+        reply: req
+            .input
+            .is_some()
+            .then(|| String::from_utf8_lossy(&req.reply).into_owned()),
     }
 }
 

@@ -12,6 +12,10 @@ fn duration(value: &str) -> Result<Duration, String> {
     parse_duration(value)
 }
 
+fn parse_ledger_content(value: &str) -> Result<baton_api::LedgerContent, String> {
+    value.parse()
+}
+
 /// Largest request body a sidecar accepts unless told otherwise; `baton
 /// dev`'s front door refuses larger ones before reading them.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -139,6 +143,18 @@ pub struct SidecarArgs {
     /// Workspace manifests and blobs younger than this are never deleted.
     #[arg(long, env = env::WORKSPACE_GC_RETENTION, default_value = "24h", value_parser = duration, hide_env_values = true)]
     pub workspace_gc_retention: Duration,
+
+    /// What the turn ledger keeps of each turn: `full` (its input and
+    /// reply, beside their SHA-256 digests: the dashboard shows what was
+    /// said) or `digest` (the digests alone).
+    #[arg(long, env = env::LEDGER_CONTENT, default_value = "full", value_parser = parse_ledger_content, hide_env_values = true)]
+    pub ledger_content: baton_api::LedgerContent,
+
+    /// How long the ledger keeps turn records after their commit (`30d`,
+    /// `720h`); unset: as long as the ledger. Every replica deletes older
+    /// ones every 10 minutes.
+    #[arg(long, env = env::LEDGER_RETENTION, value_parser = baton_api::validate::parse_retention, hide_env_values = true)]
+    pub ledger_retention: Option<Duration>,
 
     /// Keeps this deployment's Redis keys, ledger tables (a Postgres schema)
     /// and workspace objects apart from other deployments on the same

@@ -211,6 +211,9 @@ pub struct Engine<S> {
     /// stores that hold another (`--adopt-layout`).
     pub layout: u32,
     adopt_layout: bool,
+    /// Whether turn records keep the input and the reply (`--ledger-content
+    /// full`), not their digests alone.
+    keep_text: bool,
     /// The layout the stores hold, as the last heartbeat read it; 0 until
     /// read. Another than [`Self::layout`]: turns are refused.
     store_layout: Arc<std::sync::atomic::AtomicU32>,
@@ -273,8 +276,15 @@ impl<S: TurnStore + 'static> Engine<S> {
             local: Arc::new(LocalWorkspaces::new(LocalBudget::default())),
             layout: baton_session::DATA_LAYOUT,
             adopt_layout: false,
+            keep_text: true,
             store_layout: Arc::default(),
         })
+    }
+
+    /// Sets whether turn records keep what was said (`--ledger-content`).
+    pub fn with_ledger_content(mut self, content: baton_api::LedgerContent) -> Self {
+        self.keep_text = content == baton_api::LedgerContent::Full;
+        self
     }
 
     /// Sets the data layout this replica says it writes (a test stands in
@@ -337,6 +347,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             local: self.local.clone(),
             layout: self.layout,
             adopt_layout: self.adopt_layout,
+            keep_text: self.keep_text,
             store_layout: self.store_layout.clone(),
         }
     }
@@ -593,6 +604,7 @@ impl<S: TurnStore + 'static> Engine<S> {
             state_ttl: self.timings.state_ttl,
             started_at_ms: prepared.started_at_ms,
             input_digest,
+            input: self.keep_text.then(|| ask.input.clone()),
         };
         let committed = self.timed("commit", self.store.commit(&commit)).await;
         match committed {

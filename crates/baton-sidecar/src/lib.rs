@@ -21,6 +21,7 @@ mod local_workspaces;
 pub mod metrics;
 pub mod outcome;
 pub mod recorder;
+mod retention;
 mod runtimes;
 
 use std::sync::Arc;
@@ -71,7 +72,9 @@ fn workspace_store(args: &SidecarArgs) -> anyhow::Result<WorkspaceStore> {
 }
 
 /// A store a runtime thread can get its own handle on.
-trait ThreadStore: http::ApiStore + WorkspaceRoots + Clone + Sized {
+trait ThreadStore:
+    http::ApiStore + WorkspaceRoots + baton_session::LedgerRetention + Clone + Sized
+{
     /// A handle whose I/O runs on the current runtime.
     async fn for_this_thread(&self, args: &SidecarArgs) -> anyhow::Result<Self>;
 
@@ -155,7 +158,8 @@ async fn serve<S: ThreadStore>(
             ..engine::LocalBudget::default()
         })
         .with_advertised_url(advertised_url)
-        .with_layout(args.data_layout, args.adopt_layout),
+        .with_layout(args.data_layout, args.adopt_layout)
+        .with_ledger_content(args.ledger_content),
     );
     let auth = Auth::parse(args.auth_tokens.as_deref(), args.admin_tokens.as_deref())
         .map_err(anyhow::Error::msg)?;
@@ -187,6 +191,10 @@ async fn serve<S: ThreadStore>(
             },
         );
         tokio::spawn(collector.run_forever());
+    }
+
+    if let Some(retention) = args.ledger_retention {
+        tokio::spawn(retention::forget_forever(engine.store.clone(), retention));
     }
 
     let public = if admin_listener.is_some() {

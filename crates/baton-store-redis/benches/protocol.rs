@@ -75,6 +75,7 @@ async fn baton_turn<S: TurnStore>(
         state_ttl: Duration::from_secs(3600),
         started_at_ms: 0,
         input_digest: String::new(),
+        input: None,
     };
     match store.commit(&commit).await.expect("commit") {
         CommitOutcome::Committed { version } => version,

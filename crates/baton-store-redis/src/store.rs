@@ -564,6 +564,8 @@ mod tests {
             workspace: None,
             started_at_ms: 1,
             committed_at_ms: 2,
+            input: None,
+            reply: None,
         }
     }
 

@@ -382,7 +382,8 @@ impl TurnStore for SqliteStore {
         let record = turn_record::record(req, uint(now_ms));
         sqlx::query(
             "INSERT OR IGNORE INTO turns (tenant, session, turn_seq, version, replica, fence, input_digest,
-             reply_digest, workspace, started_at_ms, committed_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             reply_digest, workspace, started_at_ms, committed_at_ms, input_text, reply_text)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(t)
         .bind(s)
@@ -395,6 +396,8 @@ impl TurnStore for SqliteStore {
         .bind(record.workspace.as_deref())
         .bind(int(record.started_at_ms))
         .bind(now_ms)
+        .bind(record.input.as_deref())
+        .bind(record.reply.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -651,6 +654,21 @@ impl WorkspaceRoots for SqliteStore {
         .await
         .map_err(db_error)?;
         Ok(live.into_iter().collect())
+    }
+}
+
+impl baton_session::LedgerRetention for SqliteStore {
+    async fn forget_turns_before(&self, before_ms: u64, limit: u32) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "DELETE FROM turns WHERE (tenant, session, turn_seq) IN
+               (SELECT tenant, session, turn_seq FROM turns WHERE committed_at_ms < ? LIMIT ?)",
+        )
+        .bind(int(before_ms))
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
     }
 }
 

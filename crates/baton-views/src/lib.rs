@@ -30,14 +30,20 @@ pub struct TurnView {
     /// The holder that ran it.
     pub replica: String,
     pub fence: u64,
-    /// SHA-256 of the input and of the reply, hex: the ledger keeps digests,
-    /// not the texts.
+    /// SHA-256 of the input and of the reply, hex: always kept.
     pub input_digest: String,
     pub reply_digest: String,
     /// Its workspace manifest, if it had files.
     pub workspace: Option<String>,
     pub started_at_ms: u64,
     pub committed_at_ms: u64,
+    /// What was said, when the ledger keeps text (`spec.ledger.content:
+    /// full`, the default) and the turn is within its retention; absent
+    /// for digests alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
 }
 
 /// A committed state, when asked for (`?state=true`).

@@ -152,6 +152,7 @@ async fn run<S: TurnStore + Clone + 'static>(store: S, o: Options) {
             state_ttl: Duration::from_secs(3600),
             started_at_ms,
             input_digest: turn_record::digest(turn_id.as_bytes()),
+            input: None,
         };
         match store.commit(&commit).await {
             Ok(CommitOutcome::Committed { version }) => {

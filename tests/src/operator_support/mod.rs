@@ -238,6 +238,26 @@ impl Operator {
         self.counter("baton_operator_api_writes_total").await
     }
 
+    /// The write count once it stops moving (two reads 500 ms apart
+    /// agree): a leader still finishing a reconcile (a status update after
+    /// the example got ready) is not taken for a quiet one.
+    pub async fn settled_writes(&self) -> f64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut last = self.writes().await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = self.writes().await;
+            if now == last {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the operator's writes did not settle within 30 s ({last} then {now})"
+            );
+            last = now;
+        }
+    }
+
     pub async fn is_leader(&self) -> bool {
         self.metrics()
             .await

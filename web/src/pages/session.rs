@@ -182,8 +182,28 @@ fn SessionView(data: SessionData, viewer: Viewer) -> impl IntoView {
     .into_any()
 }
 
-/// The turn history, oldest first (the ledger keeps digests of inputs and
-/// replies, never their text).
+/// Past this many characters, an input or a reply is folded: its start
+/// shows, the rest on request.
+const FOLD_AT: usize = 240;
+
+/// A turn's input or reply, as text (escaped like every text node), folded
+/// when long.
+fn said(text: String) -> AnyView {
+    if text.chars().count() <= FOLD_AT {
+        return view! { <span class="said">{text}</span> }.into_any();
+    }
+    let head: String = text.chars().take(FOLD_AT).collect();
+    view! {
+        <details class="said folded">
+            <summary>{head}"…"</summary>
+            <span class="said">{text}</span>
+        </details>
+    }
+    .into_any()
+}
+
+/// The turn history, oldest first: what was said when the ledger keeps the
+/// text (`spec.ledger.content: full`), the digests of it always.
 #[component]
 fn TurnTable(turns: Vec<TurnView>) -> impl IntoView {
     if turns.is_empty() {
@@ -204,7 +224,13 @@ fn TurnTable(turns: Vec<TurnView>) -> impl IntoView {
                     <td>{clock(t.committed_at_ms)}</td>
                     <td class="num">{duration(t.committed_at_ms.saturating_sub(t.started_at_ms))}</td>
                     <td class="ok">"committed"</td>
-                    <td>
+                    <td class="said-cell">
+                        {t.input.clone().map(|input| view! {
+                            <div class="said-in"><span class="muted">"in "</span>{said(input)}</div>
+                        })}
+                        {t.reply.clone().map(|reply| view! {
+                            <div class="said-out"><span class="muted">"out "</span>{said(reply)}</div>
+                        })}
                         <details>
                             <summary>"digests"</summary>
                             "input " <code>{short_digest(&t.input_digest).to_owned()}</code>
@@ -351,6 +377,8 @@ mod tests {
             workspace: None,
             started_at_ms: at - 5,
             committed_at_ms: at,
+            input: None,
+            reply: None,
         }
     }
 
