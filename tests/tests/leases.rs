@@ -101,11 +101,7 @@ async fn a_big_workspace_does_not_starve_the_heartbeat_into_a_false_failover() {
         assert_eq!(status, 200, "{body}\n{}", dev.log());
     }
 
-    let mut conn = redis::Client::open(dev.redis_url().unwrap())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = baton_testkit::redis_admin(dev.redis_url().unwrap()).await;
     let heartbeats: Vec<String> = conn.keys("baton:hb:*").await.unwrap();
     assert_eq!(heartbeats.len(), 2, "{heartbeats:?}");
     let stop = Arc::new(AtomicBool::new(false));

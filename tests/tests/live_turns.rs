@@ -360,6 +360,36 @@ async fn a_newer_turn_interrupts_a_streaming_turn_on_another_replica(stores: Sto
         (Some("Your name is Ada."), Some(2)),
         "{committed}"
     );
+    // The history keeps the interrupted input, below the turn that ran
+    // in its place.
+    let history = baton_testkit::poll_async(
+        std::time::Duration::from_secs(20),
+        "both turn 2s in the history",
+        || async {
+            let view: Value = dev
+                .http
+                .get(format!("{b}/v1/sessions/irq"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let turns = view["turns"].as_array()?.clone();
+            (turns.len() == 3).then_some(turns)
+        },
+    )
+    .await;
+    let summary: Vec<(u64, bool)> = history
+        .iter()
+        .map(|t| (t["turnSeq"].as_u64().unwrap(), t["interrupted"] == true))
+        .collect();
+    assert_eq!(summary, [(2, false), (2, true), (1, false)], "{history:?}");
+    assert_eq!(
+        history[1]["input"],
+        "/stream 40 250 my name is Bob, and this goes on and on"
+    );
+    assert!(history[1].get("reply").is_none(), "{:?}", history[1]);
     // The agent's request was closed, not left to run to its end.
     baton_testkit::poll_async(
         std::time::Duration::from_secs(10),

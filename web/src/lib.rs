@@ -65,7 +65,8 @@ form.filters label{display:flex;flex-direction:column;font-size:12px}\
 .banner{padding:.5rem .75rem;border-radius:4px;background:#8881;margin:.75rem 0}\
 pre{background:#8881;padding:.5rem;overflow:auto;max-height:24rem;white-space:pre-wrap}\
 button.danger{color:#fff;background:#c62828;border:0;padding:.35rem .8rem;border-radius:3px}\
-svg.timeline text{font-size:11px;fill:currentColor}";
+svg.timeline text{font-size:11px;fill:currentColor}\
+.said{white-space:pre-wrap;overflow-wrap:anywhere}td.said-cell{max-width:40rem}";
 
 /// The app: one route per page, all under `/dashboard`.
 #[component]

@@ -408,30 +408,58 @@ impl PostgresLedger {
     /// Deletes up to `limit` turn records committed before `before_ms`
     /// (`spec.ledger.retention`); returns how many went.
     pub async fn forget_turns_before(&self, before_ms: u64, limit: u32) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "DELETE FROM turns WHERE ctid = ANY(ARRAY(
-               SELECT ctid FROM turns WHERE committed_at_ms < $1 LIMIT $2))",
-        )
-        .bind(int(before_ms))
-        .bind(i64::from(limit))
+        let mut forgotten = 0;
+        for table in ["turns", "interrupted_turns"] {
+            let done = sqlx::query(&format!(
+                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(
+                   SELECT ctid FROM {table} WHERE committed_at_ms < $1 LIMIT $2))"
+            ))
+            .bind(int(before_ms))
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+            forgotten += done.rows_affected();
+        }
+        Ok(forgotten)
+    }
+
+    /// Keeps a turn an interrupt stopped in its session's history.
+    pub async fn record_interrupted(&self, turn: &TurnRecord) -> StoreResult<()> {
+        sqlx::query(&format!(
+            "INSERT INTO interrupted_turns ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (tenant, session, fence) DO NOTHING",
+            baton_session::sql::TURN_COLUMNS
+        ))
+        .bind(&turn.tenant)
+        .bind(&turn.session)
+        .bind(int(turn.turn_seq))
+        .bind(int(turn.version))
+        .bind(&turn.replica)
+        .bind(int(turn.fence))
+        .bind(&turn.input_digest)
+        .bind(&turn.reply_digest)
+        .bind(turn.workspace.as_deref())
+        .bind(int(turn.started_at_ms))
+        .bind(int(turn.committed_at_ms))
+        .bind(turn.input.as_deref())
+        .bind(turn.reply.as_deref())
         .execute(&self.pool)
         .await
         .map_err(db_error)?;
-        Ok(done.rows_affected())
+        Ok(())
     }
 
     /// The most recent turns of `key`, newest first.
     pub async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
         let limit = page_size(limit);
-        let rows = sqlx::query(
-            "SELECT * FROM turns WHERE tenant = $1 AND session = $2 ORDER BY turn_seq DESC LIMIT $3",
-        )
-        .bind(key.tenant.as_str())
-        .bind(key.session.as_str())
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let rows = sqlx::query(&baton_session::sql::turn_history_query(true))
+            .bind(key.tenant.as_str())
+            .bind(key.session.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(turn_record).collect()
     }
 

@@ -227,6 +227,12 @@ impl TurnStore for RedisLedgerStore {
         self.catalog.redis.check_lease(lease).await
     }
 
+    /// Straight to the ledger: an interrupted turn is rare, and Redis's log
+    /// ships committed turns only.
+    async fn record_interrupted(&self, turn: &TurnRecord) -> StoreResult<()> {
+        self.catalog.ledger.record_interrupted(turn).await
+    }
+
     async fn claim_layout(&self, mine: u32, adopt: bool) -> StoreResult<u32> {
         self.catalog.redis.claim_layout(mine, adopt).await
     }

@@ -63,11 +63,7 @@ async fn the_catalog_reads_and_never_ships_or_writes() {
     let reader = RedisCatalog::connect(&redis.url(), &database)
         .await
         .unwrap();
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let before = calls(&mut admin).await;
     let page = reader
         .list_sessions(&ListQuery {

@@ -282,11 +282,7 @@ async fn an_uncontended_turn_is_two_round_trips_on_one_master() {
         .collect();
     turn(&store, &k, &a, "t2").await;
     for &port in &masters {
-        let mut admin = ::redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut admin = baton_testkit::redis_admin(&format!("redis://127.0.0.1:{port}/")).await;
         let _: String = ::redis::cmd("ECHO")
             .arg("end-of-turn")
             .query_async(&mut admin)

@@ -18,11 +18,7 @@ async fn redis_refuses_corrupt_counters_without_overwriting_them() {
     turn(&store, &k, &a, "t1").await;
     let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
 
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let keys = baton_store_redis::SessionKeys::new(&k);
     let state = keys.state.clone();
     let () = ::redis::cmd("HSET")
@@ -70,11 +66,7 @@ async fn redis_refuses_a_version_whose_payload_is_gone() {
     let a = replica(&store, "a").await;
     let k = key("evicted");
     turn(&store, &k, &a, "t1").await;
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let keys = baton_store_redis::SessionKeys::new(&k);
     let () = ::redis::cmd("DEL")
         .arg(&keys.payload)
@@ -97,11 +89,7 @@ async fn redis_payload_never_expires_before_its_state() {
     let store = RedisStore::connect(&redis.url()).await.unwrap();
     let a = replica(&store, "a").await;
     let k = key("together");
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let keys = baton_store_redis::SessionKeys::new(&k);
     let mut log_conn = admin.clone();
     let mut expiries = async || -> (i64, i64) {
@@ -213,11 +201,7 @@ async fn redis_session_view_refuses_corrupt_counters() {
     let k = key("view");
     turn(&store, &k, &a, "t1").await;
     assert_eq!(store.session(&k).await.unwrap().unwrap().version, 1);
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     for (field, value) in [("seq", "x"), ("version", "-1"), ("updated", "1e9")] {
         let state = baton_store_redis::SessionKeys::new(&k).state;
         let before: Option<String> = ::redis::cmd("HGET")
@@ -264,11 +248,7 @@ async fn a_missing_payload_is_never_shipped_as_an_empty_copy() {
     turn(&store, &k, &a, "t1").await;
     assert_eq!(store.ship(&k).await.unwrap(), 1);
     turn(&store, &k, &a, "t2").await;
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let keys = baton_store_redis::SessionKeys::new(&k);
     let () = ::redis::cmd("DEL")
         .arg(&keys.payload)

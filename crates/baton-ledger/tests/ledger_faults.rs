@@ -104,11 +104,7 @@ impl Redis {
                 .collect(),
         };
         for url in urls {
-            let mut admin = ::redis::Client::open(url)
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
+            let mut admin = baton_testkit::redis_admin(&url).await;
             let () = cmd.query_async(&mut admin).await.unwrap();
         }
     }
@@ -236,6 +232,7 @@ async fn shippers_holding_sessions_in_opposite_orders_both_commit() {
         committed_at_ms: 2,
         input: None,
         reply: None,
+        interrupted: false,
     };
     for round in 0..5 {
         let keys: Vec<_> = (0..200).map(|n| key(&format!("r{round}-s{n}"))).collect();
@@ -326,11 +323,7 @@ async fn a_lost_session_without_a_durable_copy_is_state_lost() {
     // The ledger knows turns of this session but holds no copy of its state;
     // Redis lost the state, not the marker its commits left (which every
     // turn record the ledger holds came with: see redis/known.rs).
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let () = ::redis::cmd("SET")
         .arg(baton_store_redis::SessionKeys::new(&k).known)
         .arg("1")
@@ -351,6 +344,7 @@ async fn a_lost_session_without_a_durable_copy_is_state_lost() {
         committed_at_ms: turn_record::now_ms(),
         input: None,
         reply: None,
+        interrupted: false,
     };
     store
         .ledger()
@@ -465,11 +459,7 @@ async fn redis_back_with_an_older_state_is_caught_up_from_the_ledger() {
     }
     // A turn running when the snapshot is taken, taken over afterwards.
     let (stale, _) = granted(&store, &begin_req(&k, &a, None)).await;
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let () = ::redis::cmd("SAVE").query_async(&mut admin).await.unwrap();
     let snapshot = redis.data_dir().join("dump.rdb");
     let older = redis.data_dir().join("older.rdb");
@@ -632,11 +622,7 @@ async fn an_uncontended_turn_is_two_round_trips() {
         top_level
     });
     turn(&store, &k, &a, "t2").await;
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let _: String = ::redis::cmd("ECHO")
         .arg("end-of-turn")
         .query_async(&mut admin)
@@ -658,11 +644,7 @@ async fn an_uncontended_turn_is_two_round_trips() {
 async fn a_corrupt_log_does_not_hold_back_other_sessions() {
     let (redis, store) = ledgered::store().await;
     let a = replica(&store, "a").await;
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let broken = baton_store_redis::SessionKeys::new(&key("broken")).log;
     let () = ::redis::pipe()
         .zadd(baton_store_redis::UNSHIPPED_INDEX, "acme:broken", 0)
@@ -691,11 +673,7 @@ async fn a_record_below_the_highest_shipped_turn_seq_is_still_shipped() {
     let store = RedisLedgerStore::connect(&redis.url(), &url).await.unwrap();
     let k = key("reused");
     let log = baton_store_redis::SessionKeys::new(&k).log;
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let record = |turn_seq: u64, fence: u64| {
         serde_json::to_string(&TurnRecord {
             tenant: "acme".into(),
@@ -711,6 +689,7 @@ async fn a_record_below_the_highest_shipped_turn_seq_is_still_shipped() {
             committed_at_ms: turn_record::now_ms(),
             input: None,
             reply: None,
+            interrupted: false,
         })
         .unwrap()
     };
@@ -812,11 +791,7 @@ async fn a_shipper_held_up_across_a_restart_cannot_make_the_ledger_vouch_for_the
         .await
         .unwrap();
     // Redis's snapshot: the victim at 3, everything shipped.
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let () = ::redis::cmd("SAVE").query_async(&mut admin).await.unwrap();
     let snapshot = redis.data_dir().join("dump.rdb");
     let older = redis.data_dir().join("older.rdb");

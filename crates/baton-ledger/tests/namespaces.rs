@@ -56,11 +56,7 @@ async fn two_deployments_share_the_servers_and_never_meet() {
         (1, &b"legacy 0"[..])
     );
     // The legacy layout's keys are where they always were.
-    let mut admin = ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = baton_testkit::redis_admin(&redis.url()).await;
     let legacy_state: bool = ::redis::cmd("EXISTS")
         .arg(baton_store_redis::SessionKeys::new(&k).state)
         .query_async(&mut admin)

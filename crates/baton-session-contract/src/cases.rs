@@ -953,9 +953,39 @@ pub async fn the_history_keeps_what_was_said_and_forgets_past_the_retention<
         turns[1].input_digest, "in",
         "the digests stay beside the text"
     );
+    assert!(turns.iter().all(|t| !t.interrupted));
+
+    // A turn an interrupt stopped: in the history, below nothing newer.
+    let now = baton_session::turn_record::now_ms();
+    let stopped = TurnRecord {
+        tenant: k.tenant.to_string(),
+        session: k.session.to_string(),
+        turn_seq: 3,
+        version: 2,
+        replica: "a".into(),
+        fence: 99,
+        input_digest: "stop".into(),
+        reply_digest: String::new(),
+        workspace: None,
+        started_at_ms: now - 10,
+        committed_at_ms: now,
+        input: Some("never mind".into()),
+        reply: None,
+        interrupted: true,
+    };
+    store.record_interrupted(&stopped).await.unwrap();
+    store.record_interrupted(&stopped).await.unwrap(); // once per attempt
+    let turns = store.turns(&k, 10).await.unwrap();
+    assert_eq!(
+        turns
+            .iter()
+            .map(|t| (t.turn_seq, t.interrupted))
+            .collect::<Vec<_>>(),
+        [(3, true), (2, false), (1, false)]
+    );
+    assert_eq!(turns[0], stopped);
 
     // Nothing is older than an hour: nothing goes.
-    let now = baton_session::turn_record::now_ms();
     assert_eq!(
         store
             .forget_turns_before(now - 3_600_000, 10)
@@ -963,8 +993,9 @@ pub async fn the_history_keeps_what_was_said_and_forgets_past_the_retention<
             .unwrap(),
         0
     );
-    // Everything is older than a moment from now: it goes, a batch at a time.
-    assert_eq!(store.forget_turns_before(now + 60_000, 1).await.unwrap(), 1);
+    // Everything is older than a moment from now: it goes, a batch (per
+    // table) at a time.
+    assert_eq!(store.forget_turns_before(now + 60_000, 1).await.unwrap(), 2);
     assert_eq!(
         store.forget_turns_before(now + 60_000, 10).await.unwrap(),
         1

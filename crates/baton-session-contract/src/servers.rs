@@ -57,10 +57,6 @@ impl Private {
 
     /// A connection for the test itself (CONFIG, INFO, reading keys).
     pub async fn admin(&self) -> ::redis::aio::MultiplexedConnection {
-        ::redis::Client::open(self.redis.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
+        baton_testkit::redis_admin(&self.redis.url()).await
     }
 }

@@ -168,6 +168,11 @@ pub struct TurnRecord {
     pub input: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<String>,
+    /// A turn an interrupt stopped (`?onBusy=interrupt`, a Stop): kept in
+    /// the history with its input, never committed. `version` is the one it
+    /// started from, `committed_at_ms` when it stopped, and it has no reply.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 /// A committed version of a session's state.
@@ -208,6 +213,7 @@ impl TurnRecord {
             committed_at_ms: self.committed_at_ms,
             input: self.input.clone(),
             reply: self.reply.clone(),
+            interrupted: self.interrupted,
         }
     }
 }

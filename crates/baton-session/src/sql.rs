@@ -31,7 +31,30 @@ where
         .map_err(|_| StoreError::Corrupt(format!("column {name}: {value} is negative")))
 }
 
-/// A `turns` row (the same columns in SQLite and in the Postgres ledger).
+/// The columns [`turn_record`] reads, in `turns` and `interrupted_turns`
+/// alike; [`turn_history_query`] reads both as one.
+pub const TURN_COLUMNS: &str = "tenant, session, turn_seq, version, replica, fence, input_digest, reply_digest, workspace, started_at_ms, committed_at_ms, input_text, reply_text";
+
+/// A session's history, newest first: its committed turns and the turns an
+/// interrupt stopped, a turnSeq's attempts by their fence (which grows with
+/// every attempt, whatever the replicas' clocks say), so its interrupted
+/// attempts come below the commit that followed them. Parameters: tenant, session, limit (`$n` for
+/// Postgres when `numbered`, `?n` for SQLite).
+pub fn turn_history_query(numbered: bool) -> String {
+    let (t, s, l) = if numbered {
+        ("$1", "$2", "$3")
+    } else {
+        ("?1", "?2", "?3")
+    };
+    format!(
+        "SELECT {TURN_COLUMNS}, false AS interrupted FROM turns WHERE tenant = {t} AND session = {s}
+         UNION ALL
+         SELECT {TURN_COLUMNS}, true AS interrupted FROM interrupted_turns WHERE tenant = {t} AND session = {s}
+         ORDER BY turn_seq DESC, fence DESC LIMIT {l}"
+    )
+}
+
+/// A history row (the same columns in SQLite and in the Postgres ledger).
 pub fn turn_record<R>(row: &R) -> StoreResult<TurnRecord>
 where
     R: Row,
@@ -39,6 +62,7 @@ where
     for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
 {
     Ok(TurnRecord {
         tenant: col(row, "tenant")?,
@@ -54,6 +78,7 @@ where
         committed_at_ms: counter(row, "committed_at_ms")?,
         input: col(row, "input_text")?,
         reply: col(row, "reply_text")?,
+        interrupted: col(row, "interrupted")?,
     })
 }
 

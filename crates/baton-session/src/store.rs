@@ -84,6 +84,16 @@ pub trait TurnStore: Send + Sync {
         lease: &Lease,
     ) -> impl Future<Output = StoreResult<crate::model::LeaseCheck>> + Send;
 
+    /// Keeps a turn an interrupt stopped in the session's history
+    /// (`turn.interrupted`). A store without a history keeps nothing.
+    fn record_interrupted(
+        &self,
+        turn: &TurnRecord,
+    ) -> impl Future<Output = StoreResult<()>> + Send {
+        let _ = turn;
+        std::future::ready(Ok(()))
+    }
+
     /// Marks `replica` alive for `ttl`. A lease whose owner stopped
     /// heartbeating counts as expired.
     fn heartbeat(

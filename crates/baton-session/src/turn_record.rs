@@ -31,6 +31,7 @@ pub fn record(req: &CommitRequest, committed_at_ms: u64) -> TurnRecord {
             .input
             .is_some()
             .then(|| String::from_utf8_lossy(&req.reply).into_owned()),
+        interrupted: false,
     }
 }
 

@@ -549,9 +549,14 @@ impl<S: TurnStore + 'static> Engine<S> {
             );
         }
         let _held = LeaseGauges::hold(&self.metrics);
+        let granted_at_ms = now_ms();
         let result = self
-            .with_lease(ask, input_digest, &lease, state, &mut slot.abort)
+            .with_lease(ask, input_digest.clone(), &lease, state, &mut slot.abort)
             .await;
+        if matches!(result, Err(TurnError::Interrupted)) {
+            self.record_interrupted(ask, &lease, input_digest, granted_at_ms)
+                .await;
+        }
         if result.is_err() {
             // Release what we may still hold so the next turn need not wait
             // for the TTL. Compare-and-delete on the fence: a lease we lost,
@@ -562,6 +567,37 @@ impl<S: TurnStore + 'static> Engine<S> {
             }
         }
         result
+    }
+
+    /// Keeps the interrupted turn in the session's history, with its input
+    /// when the ledger keeps text. A failure costs the history a line, no
+    /// more: the turn's outcome is settled.
+    async fn record_interrupted(
+        &self,
+        ask: &TurnAsk,
+        lease: &Lease,
+        input_digest: String,
+        started_at_ms: u64,
+    ) {
+        let turn = baton_session::TurnRecord {
+            tenant: lease.key.tenant.to_string(),
+            session: lease.key.session.to_string(),
+            turn_seq: lease.turn_seq,
+            version: lease.version,
+            replica: self.holder.to_string(),
+            fence: lease.fence,
+            input_digest,
+            reply_digest: String::new(),
+            workspace: None,
+            started_at_ms,
+            committed_at_ms: now_ms(),
+            input: self.keep_text.then(|| ask.input.clone()),
+            reply: None,
+            interrupted: true,
+        };
+        if let Err(e) = self.store.record_interrupted(&turn).await {
+            tracing::warn!(error = %e, fence = lease.fence, "the interrupted turn could not be kept in the history");
+        }
     }
 
     async fn with_lease(

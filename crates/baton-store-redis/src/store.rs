@@ -566,6 +566,7 @@ mod tests {
             committed_at_ms: 2,
             input: None,
             reply: None,
+            interrupted: false,
         }
     }
 

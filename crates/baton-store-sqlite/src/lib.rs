@@ -459,6 +459,30 @@ impl TurnStore for SqliteStore {
         Ok(owner)
     }
 
+    async fn record_interrupted(&self, turn: &TurnRecord) -> StoreResult<()> {
+        sqlx::query(&format!(
+            "INSERT OR IGNORE INTO interrupted_turns ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            baton_session::sql::TURN_COLUMNS
+        ))
+        .bind(&turn.tenant)
+        .bind(&turn.session)
+        .bind(int(turn.turn_seq))
+        .bind(int(turn.version))
+        .bind(&turn.replica)
+        .bind(int(turn.fence))
+        .bind(&turn.input_digest)
+        .bind(&turn.reply_digest)
+        .bind(turn.workspace.as_deref())
+        .bind(int(turn.started_at_ms))
+        .bind(int(turn.committed_at_ms))
+        .bind(turn.input.as_deref())
+        .bind(turn.reply.as_deref())
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
     async fn interrupt(
         &self,
         key: &SessionKey,
@@ -659,16 +683,23 @@ impl WorkspaceRoots for SqliteStore {
 
 impl baton_session::LedgerRetention for SqliteStore {
     async fn forget_turns_before(&self, before_ms: u64, limit: u32) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "DELETE FROM turns WHERE (tenant, session, turn_seq) IN
-               (SELECT tenant, session, turn_seq FROM turns WHERE committed_at_ms < ? LIMIT ?)",
-        )
-        .bind(int(before_ms))
-        .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(done.rows_affected())
+        let mut forgotten = 0;
+        for (table, key) in [
+            ("turns", "tenant, session, turn_seq"),
+            ("interrupted_turns", "tenant, session, fence"),
+        ] {
+            let done = sqlx::query(&format!(
+                "DELETE FROM {table} WHERE ({key}) IN
+                   (SELECT {key} FROM {table} WHERE committed_at_ms < ? LIMIT ?)"
+            ))
+            .bind(int(before_ms))
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+            forgotten += done.rows_affected();
+        }
+        Ok(forgotten)
     }
 }
 
@@ -701,15 +732,13 @@ impl SessionCatalog for SqliteStore {
     }
 
     async fn turns(&self, key: &SessionKey, limit: u32) -> StoreResult<Vec<TurnRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM turns WHERE tenant = ? AND session = ? ORDER BY turn_seq DESC LIMIT ?",
-        )
-        .bind(key.tenant.as_str())
-        .bind(key.session.as_str())
-        .bind(i64::from(page_size(limit)))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let rows = sqlx::query(&baton_session::sql::turn_history_query(false))
+            .bind(key.tenant.as_str())
+            .bind(key.session.as_str())
+            .bind(i64::from(page_size(limit)))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(turn_record).collect()
     }
 

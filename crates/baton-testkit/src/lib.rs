@@ -441,6 +441,19 @@ impl Drop for S3Server {
     }
 }
 
+/// A connection for a test's own commands to Redis (filling it, `SAVE`,
+/// `DEBUG`), which can take longer than the client's default response
+/// timeout (500 ms) on a loaded machine.
+pub async fn redis_admin(url: &str) -> redis::aio::MultiplexedConnection {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    redis::Client::open(url)
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("a connection to Redis")
+}
+
 /// Redis's `INFO commandstats` as command → calls so far (commands run
 /// inside scripts included), for tests that count what a component sends.
 pub async fn redis_command_calls(

@@ -44,6 +44,10 @@ pub struct TurnView {
     pub input: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<String>,
+    /// Stopped by an interrupt, not committed: `version` is the one it
+    /// started from, `committedAtMs` when it stopped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 /// A committed state, when asked for (`?state=true`).

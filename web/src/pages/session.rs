@@ -223,7 +223,11 @@ fn TurnTable(turns: Vec<TurnView>) -> impl IntoView {
                     <td>{clock(t.started_at_ms)}</td>
                     <td>{clock(t.committed_at_ms)}</td>
                     <td class="num">{duration(t.committed_at_ms.saturating_sub(t.started_at_ms))}</td>
-                    <td class="ok">"committed"</td>
+                    {if t.interrupted {
+                        view! { <td class="warning outcome">"interrupted"</td> }.into_any()
+                    } else {
+                        view! { <td class="ok outcome">"committed"</td> }.into_any()
+                    }}
                     <td class="said-cell">
                         {t.input.clone().map(|input| view! {
                             <div class="said-in"><span class="muted">"in "</span>{said(input)}</div>
@@ -379,6 +383,7 @@ mod tests {
             committed_at_ms: at,
             input: None,
             reply: None,
+            interrupted: false,
         }
     }
 
