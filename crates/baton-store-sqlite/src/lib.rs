@@ -440,21 +440,7 @@ impl TurnStore for SqliteStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
-        sqlx::query("DELETE FROM leases WHERE tenant = ? AND session = ?")
-            .bind(t)
-            .bind(s)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        sqlx::query(
-            "UPDATE session_state SET fence = max(fence + 1, ?) WHERE tenant = ? AND session = ?",
-        )
-        .bind(int(now_us))
-        .bind(t)
-        .bind(s)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        drop_lease(&mut tx, key, now_us, None).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(owner)
     }
@@ -511,22 +497,7 @@ impl TurnStore for SqliteStore {
         if turn_seq.is_some_and(|n| n != lease.turn_seq) {
             return Ok(None);
         }
-        sqlx::query("DELETE FROM leases WHERE tenant = ? AND session = ?")
-            .bind(t)
-            .bind(s)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        sqlx::query(
-            "UPDATE session_state SET fence = max(fence + 1, ?), interrupted_fence = ? WHERE tenant = ? AND session = ?",
-        )
-        .bind(int(now_us))
-        .bind(int(lease.fence))
-        .bind(t)
-        .bind(s)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        drop_lease(&mut tx, key, now_us, Some(lease.fence)).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(Some(lease))
     }
@@ -679,6 +650,37 @@ impl WorkspaceRoots for SqliteStore {
         .map_err(db_error)?;
         Ok(live.into_iter().collect())
     }
+}
+
+/// Drops `key`'s lease and bumps its fence past every one handed out (a
+/// takeover, an interrupt), keeping `interrupted`, the fence of the lease
+/// an interrupt dropped, when there is one.
+async fn drop_lease(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    key: &SessionKey,
+    now_us: u64,
+    interrupted: Option<u64>,
+) -> StoreResult<()> {
+    let (t, s) = (key.tenant.as_str(), key.session.as_str());
+    sqlx::query("DELETE FROM leases WHERE tenant = ? AND session = ?")
+        .bind(t)
+        .bind(s)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    sqlx::query(
+        "UPDATE session_state SET fence = max(fence + 1, ?),
+           interrupted_fence = coalesce(?, interrupted_fence)
+         WHERE tenant = ? AND session = ?",
+    )
+    .bind(int(now_us))
+    .bind(interrupted.map(int))
+    .bind(t)
+    .bind(s)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
 }
 
 impl baton_session::LedgerRetention for SqliteStore {
