@@ -10,6 +10,7 @@ pub use cluster::{RedisCluster, Shard};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,11 +28,16 @@ fn on_process_exit(cleanup: &str, server: Option<u32>) {
         "while kill -0 {} 2>/dev/null; do {server_gone}sleep 0.5; done; {cleanup}",
         std::process::id()
     );
+    // A process group of its own: `scripts/run-suites` SIGKILLs a suite's
+    // group once it exits, which would take this watcher with it before
+    // the cleanup runs (and a daemonised Postgres, in a session of its own,
+    // would live on).
     let _ = Command::new("sh")
         .args(["-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn();
 }
 
