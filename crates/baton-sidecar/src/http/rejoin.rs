@@ -56,6 +56,7 @@ pub(super) async fn get_turn_stream<S: ApiStore>(
     let engine = api.engine.clone();
     let store = &engine.store;
     let first = store.read_events(&key, turn_seq, after, MAX_READ).await?;
+    let mut follower = Follower::new(turn_seq, after);
     if first.is_empty() {
         if let Some(after) = after
             && ended_at(store, &key, turn_seq, after).await?
@@ -64,7 +65,6 @@ pub(super) async fn get_turn_stream<S: ApiStore>(
             // EventSource reconnects on its own): 204 tells it to stop.
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
-        let follower = Follower::new(turn_seq, after);
         let view = store.session(&key).await?;
         let alive = live_replicas(store).await?;
         match follower.judge(view.as_ref(), |id| alive.iter().any(|a| a == id)) {
@@ -92,7 +92,6 @@ pub(super) async fn get_turn_stream<S: ApiStore>(
     }
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
-        let mut follower = Follower::new(turn_seq, after);
         follow(&engine.store, &key, &mut follower, first, &tx).await;
     });
     let events = futures::stream::unfold(rx, |mut rx| async move {
