@@ -64,6 +64,11 @@ async fn the_front_door_forwards_no_admin_route_and_no_path_that_climbs_to_one()
             "/v1/admin/tenants/acme/sessions/s-1/takeover",
             Some(ADMIN_TOKEN),
         ),
+        (
+            "POST",
+            "/v1/admin/tenants/acme/sessions/s-1/interrupt",
+            Some(ADMIN_TOKEN),
+        ),
         ("POST", "/v1/sessions/../admin/drain", Some(ADMIN_TOKEN)),
         ("POST", "/v1/sessions/%2e%2e/admin/drain", Some(ADMIN_TOKEN)),
         ("POST", "/v1/sessions/.%2E/admin/drain", Some(ADMIN_TOKEN)),
@@ -217,6 +222,10 @@ async fn with_an_admin_listener_the_turn_port_answers_no_admin_route() {
         (
             reqwest::Method::POST,
             "/v1/admin/tenants/default/sessions/s-1/takeover",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/admin/tenants/default/sessions/s-1/interrupt",
         ),
     ] {
         let url = format!("{}{path}", replica.url);
