@@ -2,7 +2,8 @@
 //! against a live `baton dev`, on the embedded stores and on real Redis +
 //! Postgres + SeaweedFS: sign-in, live updates while turns run, a lease
 //! held by a long turn, the turn history and files, takeover of a session
-//! whose holder is SIGSTOPped, drain, the viewer role, forged and
+//! whose holder is SIGSTOPped, a running turn's words as they stream and
+//! its Stop, drain, the viewer role, forged and
 //! CSRF-less actions, and hostile text shown as text. Screenshots of every
 //! page land in `target/tmp/dashboard-screenshots/<stores>/`.
 
@@ -291,6 +292,83 @@ async fn dashboard_in_a_browser(stores: Stores) {
         "{refused}"
     );
 
+    // A running turn's words show on its page as the agent writes them;
+    // an operator stops it from there.
+    dev.chat("s-words", "hello").await;
+    let words = "Words arrive one after another on the session page <i>live</i>, until someone presses Stop";
+    let streaming = {
+        let (http, url) = (dev.http.clone(), dev.url.clone());
+        let input = format!("/stream 60 150 {words}");
+        tokio::spawn(async move {
+            let answer = http
+                .post(format!("{url}/api/chat"))
+                .json(&json!({ "sessionId": "s-words", "input": input }))
+                .send()
+                .await
+                .unwrap();
+            (
+                answer.status().as_u16(),
+                answer.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    browser
+        .goto(&format!("{}/dashboard/sessions/default/s-words", dev.url))
+        .await;
+    hydrated(&browser).await;
+    browser
+        .eval("window.__still_here = true; return null;")
+        .await;
+    let early = browser
+        .wait_text("#live-output", "the running turn's first words", |t| {
+            t.starts_with("Words")
+        })
+        .await;
+    let later = browser
+        .wait_text("#live-output", "more words without a reload", |t| {
+            t.len() > early.len() + 10
+        })
+        .await;
+    assert!(
+        words.starts_with(&later) || later.starts_with("Words arrive"),
+        "{later}"
+    );
+    assert!(
+        !browser.exists("#live-output i").await,
+        "the agent's markup is text: {later}"
+    );
+    assert_eq!(
+        browser.eval("return window.__still_here === true;").await,
+        json!(true),
+        "the words came without a reload"
+    );
+    browser.screenshot("session-running-turn").await;
+    browser.click("#stop").await;
+    browser
+        .wait_for("#confirm", "the stop's confirmation")
+        .await;
+    browser.screenshot("confirm-interrupt").await;
+    browser.click("#confirm").await;
+    let outcome = browser
+        .wait_text("#done", "the stop's outcome", |t| t.contains("done"))
+        .await;
+    assert!(outcome.contains("stopped turn 2"), "{outcome}");
+    let (status, stopped) = streaming.await.unwrap();
+    assert_eq!(
+        (status, stopped["status"].as_str()),
+        (409, Some("INTERRUPTED")),
+        "{stopped}"
+    );
+    hydrated(&browser).await;
+    browser
+        .wait_text(
+            "tr.turn[data-seq=\"2\"] td.outcome",
+            "turn 2 in the history, interrupted",
+            |t| t == "interrupted",
+        )
+        .await;
+    assert!(!browser.exists("#running-turn").await);
+
     // Drain a replica from its page: draining, then drained; the front
     // door stops sending it turns.
     browser
@@ -345,6 +423,10 @@ async fn dashboard_in_a_browser(stores: Stores) {
     );
     assert!(
         audit.contains("drain") && audit.contains("replica-1"),
+        "{audit}"
+    );
+    assert!(
+        audit.contains("interrupt") && audit.contains("default/s-words turn 2"),
         "{audit}"
     );
     assert!(audit.contains("ops"), "{audit}");

@@ -66,7 +66,9 @@ form.filters label{display:flex;flex-direction:column;font-size:12px}\
 pre{background:#8881;padding:.5rem;overflow:auto;max-height:24rem;white-space:pre-wrap}\
 button.danger{color:#fff;background:#c62828;border:0;padding:.35rem .8rem;border-radius:3px}\
 svg.timeline text{font-size:11px;fill:currentColor}\
-.said{white-space:pre-wrap;overflow-wrap:anywhere}td.said-cell{max-width:40rem}";
+.said{white-space:pre-wrap;overflow-wrap:anywhere}td.said-cell{max-width:40rem}\
+section.running{border-left:3px solid #1565c0;padding:.1rem 1rem;margin:1rem 0;max-width:60rem}\
+pre.stream{overflow-wrap:anywhere}a.danger{color:#c62828}";
 
 /// The app: one route per page, all under `/dashboard`.
 #[component]

@@ -129,8 +129,41 @@ pub struct SessionData {
     /// How long the lease's holder has run the turn that holds it (from
     /// the holder's sidecar; `None` when free or when it did not answer).
     pub lease_held_ms: Option<u64>,
+    /// What the running turn has streamed so far; `None` when no turn
+    /// runs.
+    pub output: Option<LiveOutput>,
     pub now_ms: u64,
     pub warnings: Vec<String>,
+}
+
+/// The running turn's words so far, from its turn stream: provisional
+/// until it commits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveOutput {
+    pub turn_seq: u64,
+    /// The running attempt (the lease's fence).
+    pub attempt: u64,
+    /// The replica that runs it (the lease's owner).
+    pub owner: String,
+    /// Its reply so far, the deltas joined; its end only when long
+    /// (`cut`).
+    pub text: String,
+    pub cut: bool,
+    /// The last thing the agent said it was doing (a progress event's
+    /// name), if any.
+    pub doing: Option<String>,
+    /// Events the attempt has streamed; 0: nothing yet (or the agent
+    /// answers all at once, and a JSON client asked).
+    pub events: u64,
+    /// Earlier attempts at this turn whose words were voided (their
+    /// replica died or was fenced out).
+    pub voided_attempts: u32,
+}
+
+/// What the session page's fast live channel sends: the output alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputData {
+    pub output: Option<LiveOutput>,
 }
 
 impl SessionData {

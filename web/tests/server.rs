@@ -573,6 +573,21 @@ async fn actions_are_refused_with_the_rule_and_audited() {
             "tenant=%01&session=s-1".to_owned(),
             "tenant",
         ),
+        (
+            "/dashboard/actions/interrupt",
+            "tenant=acme&session=s-1&turn=2".to_owned(),
+            "replica-1 did not answer",
+        ),
+        (
+            "/dashboard/actions/interrupt",
+            "tenant=acme&session=s-1&turn=0".to_owned(),
+            "turn: \"0\" is not a turn number",
+        ),
+        (
+            "/dashboard/actions/interrupt",
+            format!("tenant=acme&session=s-1&turn={}", "9".repeat(5000)),
+            "is not a turn number",
+        ),
     ];
     for (i, (uri, form, reason)) in cases.iter().enumerate() {
         let answer = post_form(&f.router, &ops, uri, &format!("{form}&csrf={csrf}")).await;
@@ -609,6 +624,188 @@ async fn actions_are_refused_with_the_rule_and_audited() {
         !html.contains("sqlite") && !html.contains(OPERATOR),
         "{html}"
     );
+}
+
+/// The first event of a live channel, as JSON.
+async fn first_event<T: serde::de::DeserializeOwned>(
+    router: &axum::Router,
+    cookie: &str,
+    uri: &str,
+) -> T {
+    let response = router
+        .clone()
+        .oneshot(
+            Request::get(uri)
+                .header(header::COOKIE, cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{uri}");
+    let mut body = response.into_body();
+    let mut seen = String::new();
+    while !seen.contains("\n\n") {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("an event within 10 s")
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    let json = seen.strip_prefix("data: ").unwrap_or(&seen).trim();
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{uri}: {e}: {seen}"))
+}
+
+#[tokio::test]
+async fn a_running_turn_shows_its_words_and_an_operator_its_stop() {
+    use baton_session::turn_stream::{EventKind, StreamEvent, TurnStreams};
+    let f = fixture().await;
+    commit_turns(&f, "acme", "talk", "replica-0-aaaaaa", 1, &[]).await;
+    let key = SessionKey::new("acme", "talk").unwrap();
+    let replica = ReplicaId::new("replica-1-bbbbbb").unwrap();
+    let BeginOutcome::Granted { lease, .. } = f
+        .store
+        .begin(&BeginRequest {
+            key: key.clone(),
+            replica: replica.clone(),
+            turn_seq: None,
+            cached_version: None,
+            lease_ttl: Duration::from_secs(30),
+            state_ttl: Duration::from_secs(3600),
+            reclaim_own_lease: false,
+            input_digest: None,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("not granted");
+    };
+    let event = |kind, attempt, n, data: &str| StreamEvent {
+        kind,
+        attempt,
+        n,
+        data: data.into(),
+    };
+    // An older attempt's words, then the running one's: only the running
+    // attempt's show, as text.
+    let older = lease.fence - 1;
+    assert!(
+        f.store
+            .append_events(
+                &key,
+                lease.turn_seq,
+                &[
+                    event(EventKind::Turn, older, 0, "{}"),
+                    event(EventKind::Delta, older, 1, r#"{"text":"VOIDED "}"#),
+                ],
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        f.store
+            .append_events(
+                &key,
+                lease.turn_seq,
+                &[
+                    event(EventKind::Turn, lease.fence, 0, "{}"),
+                    event(
+                        EventKind::Progress,
+                        lease.fence,
+                        1,
+                        r#"{"name":"looking it up"}"#
+                    ),
+                    event(
+                        EventKind::Delta,
+                        lease.fence,
+                        2,
+                        r#"{"text":"Hello <b>there</b>, "}"#
+                    ),
+                    event(EventKind::Delta, lease.fence, 3, r#"{"text":"so far"}"#),
+                ],
+            )
+            .await
+            .unwrap()
+    );
+    let ops = sign_in(&f.router, OPERATOR).await;
+    let viewer = sign_in(&f.router, VIEWER).await;
+    let html = get(&f.router, &ops, "/dashboard/sessions/acme/talk")
+        .await
+        .body;
+    assert!(html.contains("id=\"running-turn\""), "{html}");
+    assert!(
+        html.contains("Hello &lt;b&gt;there&lt;/b&gt;, <!-- -->so far")
+            || html.contains("Hello &lt;b&gt;there&lt;/b&gt;, so far"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("VOIDED") && !html.contains("<b>there"),
+        "{html}"
+    );
+    assert!(html.contains("looking it up"), "{html}");
+    assert!(html.contains("1 earlier attempt(s)"), "{html}");
+    let stop = format!(
+        "/dashboard/confirm?action=interrupt&amp;tenant=acme&amp;session=talk&amp;turn={}",
+        lease.turn_seq
+    );
+    assert!(html.contains(&stop), "{html}");
+    let as_viewer = get(&f.router, &viewer, "/dashboard/sessions/acme/talk")
+        .await
+        .body;
+    assert!(as_viewer.contains("id=\"running-turn\""), "{as_viewer}");
+    assert!(
+        !as_viewer.contains("id=\"stop\""),
+        "a viewer gets no Stop: {as_viewer}"
+    );
+
+    // The fast channel carries the words alone.
+    let fast: baton_web::model::OutputData = first_event(
+        &f.router,
+        &viewer,
+        "/dashboard/live/sessions/acme/talk/output",
+    )
+    .await;
+    let output = fast.output.expect("a running turn");
+    assert_eq!(output.text, "Hello <b>there</b>, so far");
+    assert_eq!(
+        (output.turn_seq, output.attempt),
+        (lease.turn_seq, lease.fence)
+    );
+    assert_eq!(output.owner, replica.to_string());
+
+    // The confirmation names the turn and carries the form.
+    let confirm = get(
+        &f.router,
+        &ops,
+        &format!(
+            "/dashboard/confirm?action=interrupt&tenant=acme&session=talk&turn={}",
+            lease.turn_seq
+        ),
+    )
+    .await
+    .body;
+    assert!(
+        confirm.contains("action=\"/dashboard/actions/interrupt\""),
+        "{confirm}"
+    );
+    assert!(confirm.contains("name=\"turn\" value=\"2\""), "{confirm}");
+
+    // Once the turn is over, nothing runs and the section goes.
+    f.store.revoke(&key).await.unwrap();
+    let html = get(&f.router, &ops, "/dashboard/sessions/acme/talk")
+        .await
+        .body;
+    assert!(!html.contains("id=\"running-turn\""), "{html}");
+    let fast: baton_web::model::OutputData = first_event(
+        &f.router,
+        &viewer,
+        "/dashboard/live/sessions/acme/talk/output",
+    )
+    .await;
+    assert_eq!(fast.output, None);
 }
 
 #[tokio::test]

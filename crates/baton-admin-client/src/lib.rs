@@ -1,6 +1,6 @@
 //! The one client of the sidecar's admin API (`/v1/admin/*`): the operator
-//! (rolling releases), the dashboard (drain and takeover buttons, replica
-//! status) and `baton dev` (its rollout) all call a sidecar through here,
+//! (rolling releases), the dashboard (drain, takeover and stop buttons,
+//! replica status) and `baton dev` (its rollout) all call a sidecar through here,
 //! so the paths, the token, the actor header and what a refusal means are
 //! written once.
 //!
@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use baton_api::constants::{headers, paths};
-use baton_views::{Handover, ReplicaStatus, Takeover};
+use baton_views::{Handover, Interrupted, ReplicaStatus, Takeover};
 use serde::de::DeserializeOwned;
 
 /// At most this much of a refusal's body is kept in the error.
@@ -129,6 +129,29 @@ impl AdminClient {
     ) -> Result<Takeover, AdminError> {
         let segments = ["/v1/admin/tenants", tenant, "sessions", session, "takeover"];
         self.call(target, reqwest::Method::POST, &segments, &[])
+            .await
+    }
+
+    /// `POST /v1/admin/tenants/{tenant}/sessions/{session}/interrupt`:
+    /// stops the turn that runs on the session (only turn `turn_seq`, when
+    /// given); refused with 404 when no such turn runs.
+    pub async fn interrupt(
+        &self,
+        target: Target<'_>,
+        tenant: &str,
+        session: &str,
+        turn_seq: Option<u64>,
+    ) -> Result<Interrupted, AdminError> {
+        let segments = [
+            "/v1/admin/tenants",
+            tenant,
+            "sessions",
+            session,
+            "interrupt",
+        ];
+        let turn_seq = turn_seq.map(|n| n.to_string());
+        let query: Vec<(&str, &str)> = turn_seq.iter().map(|n| ("turnSeq", n.as_str())).collect();
+        self.call(target, reqwest::Method::POST, &segments, &query)
             .await
     }
 

@@ -10,6 +10,7 @@ use baton_session::model::{
     CommittedState, ListQuery, ReplicaView, SessionPage, SessionView, TurnRecord,
 };
 use baton_session::store::{SessionCatalog, StoreResult, TurnStore};
+use baton_session::turn_stream::{EventId, StreamEvent, TurnStreamReader};
 use baton_store_redis::{KeySpace, RedisStore};
 
 #[derive(Clone)]
@@ -58,5 +59,19 @@ impl SessionCatalog for RedisCatalog {
 
     async fn inspect_state(&self, key: &SessionKey) -> StoreResult<Option<CommittedState>> {
         self.redis.read_state(key).await
+    }
+}
+
+/// A running turn's stream, for a dashboard to show as it is written:
+/// Redis's alone (provisional words are never ledgered).
+impl TurnStreamReader for RedisCatalog {
+    async fn read_events(
+        &self,
+        key: &SessionKey,
+        turn_seq: u64,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> StoreResult<Vec<StreamEvent>> {
+        self.redis.read_events(key, turn_seq, after, limit).await
     }
 }

@@ -51,7 +51,7 @@ use baton_session::model::{
 };
 use baton_session::store::{SessionCatalog, StoreResult, TurnStore, WorkspaceRoots};
 use baton_session::turn_record::now_ms;
-use baton_session::turn_stream::{EventId, StreamEvent, TurnStreams};
+use baton_session::turn_stream::{EventId, StreamEvent, TurnStreamReader, TurnStreams};
 use baton_store_redis::{KeySpace, LeaseRun, RawCommit, RedisStore};
 
 #[derive(Clone)]
@@ -305,7 +305,9 @@ impl TurnStreams for RedisLedgerStore {
             .append_events(key, turn_seq, events)
             .await
     }
+}
 
+impl TurnStreamReader for RedisLedgerStore {
     async fn read_events(
         &self,
         key: &SessionKey,

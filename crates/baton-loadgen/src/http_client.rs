@@ -5,7 +5,7 @@
 //! with IDNA on every request) cost it about a third more CPU per turn.
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
@@ -89,6 +89,20 @@ impl Http {
         self.send(Method::GET, uri, Bytes::new(), true).await
     }
 
+    /// POSTs `body` as JSON asking for an event stream; the answer's body
+    /// is left to read as it arrives.
+    pub(crate) async fn post_stream(
+        &self,
+        uri: &Uri,
+        body: &impl serde::Serialize,
+        to_baton: bool,
+    ) -> Result<http::Response<hyper::body::Incoming>, Failure> {
+        let body = serde_json::to_vec(body).map_err(|e| Failure::Connect(e.to_string()))?;
+        let accept = (ACCEPT, HeaderValue::from_static("text/event-stream"));
+        self.request(Method::POST, uri, Bytes::from(body), to_baton, Some(accept))
+            .await
+    }
+
     async fn send(
         &self,
         method: Method,
@@ -96,23 +110,7 @@ impl Http {
         body: Bytes,
         to_baton: bool,
     ) -> Result<(StatusCode, Bytes), Failure> {
-        let mut request = Request::builder().method(method).uri(uri.clone());
-        if !body.is_empty() {
-            request = request.header(CONTENT_TYPE, "application/json");
-        }
-        let mut request = request
-            .body(Full::new(body))
-            .map_err(|e| Failure::Connect(e.to_string()))?;
-        if to_baton {
-            request.headers_mut().extend(self.auth.clone());
-        }
-        let answer = self.client.request(request).await.map_err(|e| {
-            if e.is_connect() {
-                Failure::Connect(describe(e))
-            } else {
-                Failure::Dropped(describe(e))
-            }
-        })?;
+        let answer = self.request(method, uri, body, to_baton, None).await?;
         let status = answer.status();
         let body = answer
             .into_body()
@@ -121,6 +119,36 @@ impl Http {
             .map_err(|e| Failure::Dropped(e.to_string()))?
             .to_bytes();
         Ok((status, body))
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        uri: &Uri,
+        body: Bytes,
+        to_baton: bool,
+        header: Option<(HeaderName, HeaderValue)>,
+    ) -> Result<http::Response<hyper::body::Incoming>, Failure> {
+        let mut request = Request::builder().method(method).uri(uri.clone());
+        if !body.is_empty() {
+            request = request.header(CONTENT_TYPE, "application/json");
+        }
+        if let Some((name, value)) = header {
+            request = request.header(name, value);
+        }
+        let mut request = request
+            .body(Full::new(body))
+            .map_err(|e| Failure::Connect(e.to_string()))?;
+        if to_baton {
+            request.headers_mut().extend(self.auth.clone());
+        }
+        self.client.request(request).await.map_err(|e| {
+            if e.is_connect() {
+                Failure::Connect(describe(e))
+            } else {
+                Failure::Dropped(describe(e))
+            }
+        })
     }
 }
 

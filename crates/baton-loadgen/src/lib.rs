@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod http_client;
+pub mod streamed;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -139,7 +140,25 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 200)]
     pub max_retries: u32,
 
-    /// After the run, check that every session holds exactly its acknowledged turns.
+    /// Streamed turns: each asks the reference agent to stream its reply
+    /// in `--stream-chunks` pieces and reads the answer as an event stream
+    /// (`Accept: text/event-stream`), measuring the time to the first
+    /// delta as well. With `--direct-agent`: the agent's own stream, the
+    /// baseline. `--mix` does not apply.
+    #[arg(long)]
+    pub stream: bool,
+
+    /// Pieces each streamed reply comes in (about 8 characters each).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub stream_chunks: u32,
+
+    /// Milliseconds the agent waits between two pieces (as a model writes).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10000))]
+    pub stream_interval_ms: u32,
+
+    /// After the run, check that every session holds exactly its acknowledged turns
+    /// (and, with `--stream`, that every streamed turn showed its client exactly
+    /// the reply that committed).
     #[arg(long)]
     pub verify: bool,
 
@@ -175,6 +194,33 @@ pub struct Report {
     pub unverified_sessions: usize,
     /// Sessions whose state does not hold exactly their acknowledged turns.
     pub verify_errors: Vec<String>,
+    /// Streamed turns (`--stream`).
+    pub stream: Option<StreamReport>,
+}
+
+/// What the clients of streamed turns saw.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamReport {
+    pub chunks_per_turn: u32,
+    pub interval_ms: u32,
+    /// From sending the turn to its first delta.
+    pub first_delta_p50_ms: f64,
+    pub first_delta_p90_ms: f64,
+    pub first_delta_p99_ms: f64,
+    /// Deltas received, and per second of the run.
+    pub deltas: u64,
+    pub deltas_per_second: f64,
+    /// Acknowledged turns whose deltas joined were not the committed reply.
+    pub shown_not_committed: u64,
+}
+
+/// A client's streamed turns, as they went.
+#[derive(Default)]
+struct StreamStats {
+    first_delta: Vec<Duration>,
+    deltas: u64,
+    wrong: Vec<String>,
 }
 
 /// One session as its client knows it.
@@ -198,6 +244,7 @@ struct ClientResult {
     /// Sessions left out of verification after a turn of unknown fate.
     unverifiable: usize,
     sessions: Vec<Session>,
+    stream: StreamStats,
 }
 
 fn input_for(kind: TurnKind, session: &str, seq: u64) -> String {
@@ -240,9 +287,17 @@ struct Client {
 }
 
 impl Client {
-    async fn attempt(&self, session: &mut Session, input: &str) -> Attempt {
-        if self.args.direct_agent.is_some() {
-            return self.attempt_direct(session, input).await;
+    async fn attempt(
+        &self,
+        session: &mut Session,
+        input: &str,
+        stats: &mut StreamStats,
+    ) -> Attempt {
+        match (self.args.direct_agent.is_some(), self.args.stream) {
+            (true, false) => return self.attempt_direct(session, input).await,
+            (true, true) => return self.attempt_direct_streamed(session, input, stats).await,
+            (false, true) => return self.attempt_streamed(session, input, stats).await,
+            (false, false) => {}
         }
         let body = TurnBody {
             input,
@@ -267,6 +322,104 @@ impl Client {
             // the same turnSeq is safe to send again.
             (502 | 503, _) | (409, "BUSY") => Attempt::Retry(outcome),
             _ => Attempt::Failed(format!("{status} {outcome}: {}", answer.error)),
+        }
+    }
+
+    /// A turn through Baton, its answer read as an event stream.
+    async fn attempt_streamed(
+        &self,
+        session: &mut Session,
+        input: &str,
+        stats: &mut StreamStats,
+    ) -> Attempt {
+        let body = TurnBody {
+            input,
+            turn_seq: session.next_seq,
+        };
+        let started = Instant::now();
+        let answer = match self.http.post_stream(&session.turns, &body, true).await {
+            Ok(answer) => answer,
+            Err(e) => return Attempt::Retry(e.label().into()),
+        };
+        let status = answer.status();
+        if status != http::StatusCode::OK {
+            // Refused before the turn started (BUSY, DRAINING...): JSON.
+            let body = http_body_util::BodyExt::collect(answer.into_body())
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let outcome = serde_json::from_slice::<Answer>(&body)
+                .ok()
+                .and_then(|a| a.status)
+                .unwrap_or_else(|| "?".into());
+            return match (status.as_u16(), outcome.as_str()) {
+                (502 | 503, _) | (409, "BUSY") => Attempt::Retry(outcome),
+                _ => Attempt::Failed(format!("{status} {outcome}")),
+            };
+        }
+        let streamed = streamed::read(answer.into_body(), started, true).await;
+        self.count(session, &streamed, stats);
+        match streamed.end {
+            streamed::End::Committed { status, .. } if status == "OK" => {
+                Attempt::Acknowledged("OK")
+            }
+            streamed::End::Committed { status, .. } if status == "DUPLICATE" => {
+                Attempt::Acknowledged("DUPLICATE")
+            }
+            streamed::End::Failed {
+                status,
+                retry: true,
+                ..
+            } => Attempt::Retry(status),
+            streamed::End::Failed { status, error, .. } => {
+                Attempt::Failed(format!("{status}: {error}"))
+            }
+            // Cut off mid-stream: the same turnSeq tells (DUPLICATE).
+            streamed::End::Broken(_) => Attempt::Retry("DROPPED".into()),
+            other => Attempt::Failed(format!("an unexpected end: {other:?}")),
+        }
+    }
+
+    /// The agent called directly, its answer read as an event stream.
+    async fn attempt_direct_streamed(
+        &self,
+        session: &mut Session,
+        input: &str,
+        stats: &mut StreamStats,
+    ) -> Attempt {
+        let req = baton_api::agent_contract::TurnRequest {
+            session: session.id.clone(),
+            tenant: "bench".into(),
+            turn_seq: session.next_seq,
+            input: input.to_owned(),
+            state: &session.state,
+            workspace_dir: self.scratch.path().join(&session.id),
+        };
+        let started = Instant::now();
+        let answer = match self.http.post_stream(&session.turns, &req, false).await {
+            Ok(answer) if answer.status().is_success() => answer,
+            Ok(answer) => return Attempt::Failed(format!("agent answered {}", answer.status())),
+            Err(e) => return Attempt::Failed(format!("agent: {e}")),
+        };
+        let streamed = streamed::read(answer.into_body(), started, false).await;
+        self.count(session, &streamed, stats);
+        match streamed.end {
+            streamed::End::Final { state, .. } => {
+                session.state = state;
+                Attempt::Acknowledged("OK")
+            }
+            other => Attempt::Failed(format!("agent stream: {other:?}")),
+        }
+    }
+
+    /// Adds a streamed answer to the client's counts.
+    fn count(&self, session: &Session, streamed: &streamed::Streamed, stats: &mut StreamStats) {
+        stats.first_delta.extend(streamed.first_delta);
+        stats.deltas += streamed.deltas;
+        if let Err(why) = streamed::shown_is_reply(streamed) {
+            stats
+                .wrong
+                .push(format!("{} turn {}: {why}", session.id, session.next_seq));
         }
     }
 
@@ -307,6 +460,7 @@ impl Client {
             failed: 0,
             unverifiable: 0,
             sessions: Vec::new(),
+            stream: StreamStats::default(),
         };
         let mut i = 0;
         while !stop.load(Ordering::Relaxed) && !sessions.is_empty() {
@@ -320,11 +474,20 @@ impl Client {
             i += 1;
             let session = &mut sessions[idx];
             let seq = session.next_seq;
-            let input = input_for(self.args.mix.pick(seq), &session.id, seq);
+            let input = if self.args.stream {
+                streamed::input(
+                    &session.id,
+                    seq,
+                    self.args.stream_chunks,
+                    self.args.stream_interval_ms,
+                )
+            } else {
+                input_for(self.args.mix.pick(seq), &session.id, seq)
+            };
             let started = Instant::now();
             let mut tries = 0;
             let outcome = loop {
-                match self.attempt(session, &input).await {
+                match self.attempt(session, &input, &mut result.stream).await {
                     Attempt::Acknowledged(o) => break Ok(o),
                     Attempt::Failed(why) => break Err(why),
                     Attempt::Retry(why) => {
@@ -462,6 +625,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     };
     let mut latencies = Vec::new();
     let mut sessions = Vec::new();
+    let mut stream = StreamStats::default();
     for task in tasks {
         let r = task.await.context("a client task panicked")?;
         latencies.extend(r.latencies);
@@ -474,6 +638,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         report.failed += r.failed;
         report.unverified_sessions += r.unverifiable;
         sessions.extend(r.sessions);
+        stream.first_delta.extend(r.stream.first_delta);
+        stream.deltas += r.stream.deltas;
+        stream.wrong.extend(r.stream.wrong);
     }
     report.seconds = started.elapsed().as_secs_f64();
     latencies.sort();
@@ -482,8 +649,22 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     report.p50_ms = percentile(&latencies, 0.50);
     report.p90_ms = percentile(&latencies, 0.90);
     report.p99_ms = percentile(&latencies, 0.99);
+    if args.stream {
+        stream.first_delta.sort();
+        report.stream = Some(StreamReport {
+            chunks_per_turn: args.stream_chunks,
+            interval_ms: args.stream_interval_ms,
+            first_delta_p50_ms: percentile(&stream.first_delta, 0.50),
+            first_delta_p90_ms: percentile(&stream.first_delta, 0.90),
+            first_delta_p99_ms: percentile(&stream.first_delta, 0.99),
+            deltas: stream.deltas,
+            deltas_per_second: stream.deltas as f64 / report.seconds,
+            shown_not_committed: stream.wrong.len() as u64,
+        });
+    }
     if args.verify {
         report.verify_errors = verify(&client, &sessions).await;
+        report.verify_errors.extend(stream.wrong);
         report.verified_sessions = Some(sessions.len());
     }
     Ok(report)
@@ -529,9 +710,16 @@ fn short(hash: &str) -> &str {
 }
 
 impl Report {
-    /// A run passes when no turn failed and verification found nothing wrong.
+    /// A run passes when no turn failed, no streamed turn showed its client
+    /// other words than those that committed, and verification found
+    /// nothing wrong.
     pub fn passed(&self) -> bool {
-        self.failed == 0 && self.verify_errors.is_empty()
+        self.failed == 0
+            && self.verify_errors.is_empty()
+            && self
+                .stream
+                .as_ref()
+                .is_none_or(|s| s.shown_not_committed == 0)
     }
 }
 
@@ -564,6 +752,19 @@ pub fn render(r: &Report) -> String {
         out.push_str(&format!(" {k}={v}"));
     }
     out.push_str(&format!("\nfailed              {}\n", r.failed));
+    if let Some(st) = &r.stream {
+        out.push_str(&format!(
+            "streamed            {} chunks a turn, {} ms apart\nfirst delta ms      p50 {:.2}  p90 {:.2}  p99 {:.2}\ndeltas              {} ({:.0}/s)\nshown, not committed {}\n",
+            st.chunks_per_turn,
+            st.interval_ms,
+            st.first_delta_p50_ms,
+            st.first_delta_p90_ms,
+            st.first_delta_p99_ms,
+            st.deltas,
+            st.deltas_per_second,
+            st.shown_not_committed
+        ));
+    }
     if r.unverified_sessions > 0 {
         out.push_str(&format!(
             "unverified          {} sessions (a turn of unknown fate)\n",

@@ -108,8 +108,24 @@ pub fn parse_event_id(id: &str) -> Option<EventId> {
     Some((attempt.parse().ok()?, n.parse().ok()?))
 }
 
-/// The turn streams of a backend.
-pub trait TurnStreams: Send + Sync {
+/// Reading the turn streams of a backend: all a follower or a dashboard
+/// needs (a dashboard's catalog writes nothing).
+pub trait TurnStreamReader: Send + Sync {
+    /// The events of `(key, turn_seq)`'s stream after `after` (from the
+    /// start when `None`), at most `limit` (capped at [`MAX_READ`]), oldest
+    /// first; empty when there are none (yet, or any more).
+    fn read_events(
+        &self,
+        key: &SessionKey,
+        turn_seq: u64,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<Vec<StreamEvent>>> + Send;
+}
+
+/// The turn streams of a backend, as the replica that runs a turn writes
+/// them.
+pub trait TurnStreams: TurnStreamReader {
     /// Appends `events` (of one attempt, in order) to the stream of
     /// `(key, turn_seq)`. `Ok(false)`, and nothing appended, when the
     /// stream already holds an event at or past the first one: a newer
@@ -123,17 +139,6 @@ pub trait TurnStreams: Send + Sync {
         turn_seq: u64,
         events: &[StreamEvent],
     ) -> impl Future<Output = StoreResult<bool>> + Send;
-
-    /// The events of `(key, turn_seq)`'s stream after `after` (from the
-    /// start when `None`), at most `limit` (capped at [`MAX_READ`]), oldest
-    /// first; empty when there are none (yet, or any more).
-    fn read_events(
-        &self,
-        key: &SessionKey,
-        turn_seq: u64,
-        after: Option<EventId>,
-        limit: usize,
-    ) -> impl Future<Output = StoreResult<Vec<StreamEvent>>> + Send;
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@
 use baton_session::ids::SessionKey;
 use baton_session::store::StoreResult;
 use baton_session::turn_stream::{
-    EventId, EventKind, MAX_READ, STREAM_TTL, StreamEvent, TurnStreams, parse_event_id,
+    EventId, EventKind, MAX_READ, STREAM_TTL, StreamEvent, TurnStreamReader, TurnStreams,
+    parse_event_id,
 };
 
 use crate::errors::{corrupt, millis, unavailable};
@@ -43,7 +44,9 @@ impl TurnStreams for RedisStore {
             .map_err(unavailable)?;
         Ok(appended == 1)
     }
+}
 
+impl TurnStreamReader for RedisStore {
     async fn read_events(
         &self,
         key: &SessionKey,

@@ -8,7 +8,7 @@ use baton_session::ids::SessionKey;
 use baton_session::store::StoreResult;
 use baton_session::turn_record::now_us;
 use baton_session::turn_stream::{
-    EventId, EventKind, MAX_READ, STREAM_TTL, StreamEvent, TurnStreams,
+    EventId, EventKind, MAX_READ, STREAM_TTL, StreamEvent, TurnStreamReader, TurnStreams,
 };
 use sqlx::Row;
 
@@ -92,7 +92,9 @@ impl TurnStreams for SqliteStore {
         tx.commit().await.map_err(db_error)?;
         Ok(true)
     }
+}
 
+impl TurnStreamReader for SqliteStore {
     async fn read_events(
         &self,
         key: &SessionKey,

@@ -60,7 +60,27 @@ fn Confirm(viewer: Viewer) -> impl IntoView {
             }
             .into_any()
         }
-        other => view! { <p class="error">"action: " {format!("{other:?}")} " is not one of drain, takeover"</p> }
+        "interrupt" => {
+            let (tenant, session, turn) = (get("tenant"), get("session"), get("turn"));
+            let back = session_path(&tenant, &session);
+            view! {
+                <h1>"Stop turn " {turn.clone()} " of " {session.clone()} "?"</h1>
+                <p>"The replica that runs it closes the agent's request within a quarter of a second. Nothing "
+                   "the turn did commits: the session stays at the version before it, its workspace files are "
+                   "discarded, and its client is told INTERRUPTED. Its input stays in the history, marked "
+                   "interrupted. If the turn has ended by then, nothing is stopped."</p>
+                <form method="post" action="/dashboard/actions/interrupt">
+                    <input type="hidden" name="tenant" value=tenant/>
+                    <input type="hidden" name="session" value=session/>
+                    <input type="hidden" name="turn" value=turn/>
+                    <input type="hidden" name="csrf" value=csrf/>
+                    <button id="confirm" class="danger" type="submit">"Stop the turn"</button>
+                    " " <a href=back>"Cancel"</a>
+                </form>
+            }
+            .into_any()
+        }
+        other => view! { <p class="error">"action: " {format!("{other:?}")} " is not one of drain, takeover, interrupt"</p> }
             .into_any(),
     }
 }

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::format::{ago, clock, duration, expires, replica_of, short_digest, url_encode};
-use crate::model::{SessionData, Viewer};
+use crate::model::{LiveOutput, OutputData, SessionData, Viewer};
 use crate::pages::{Signed, error_text, live, load_session};
 
 #[component]
@@ -33,6 +33,20 @@ fn Session(viewer: Viewer) -> impl IntoView {
         |((tenant, session), reveal)| load_session(tenant, session, reveal),
     );
     let latest = RwSignal::new(None::<SessionData>);
+    // The running turn's words come on a channel of their own, four times
+    // a second; the rest of the page once a second.
+    let output = RwSignal::new(None::<OutputData>);
+    live(
+        move || {
+            let (tenant, session) = key.get();
+            format!(
+                "/dashboard/live/sessions/{}/{}/output",
+                url_encode(&tenant),
+                url_encode(&session)
+            )
+        },
+        output,
+    );
     live(
         move || {
             let (tenant, session) = key.get();
@@ -55,10 +69,17 @@ fn Session(viewer: Viewer) -> impl IntoView {
                             // The state is read once, when revealed; live
                             // updates carry everything else.
                             let state = first.state.clone();
+                            let first_output = first.output.clone();
+                            let running = Signal::derive(move || match output.get() {
+                                Some(fast) => fast.output,
+                                None => latest
+                                    .get()
+                                    .map_or_else(|| first_output.clone(), |d| d.output),
+                            });
                             view! {
                                 {move || {
                                     let shown = latest.get().unwrap_or_else(|| first.clone());
-                                    view! { <SessionView data=shown viewer=viewer.clone()/> }
+                                    view! { <SessionView data=shown viewer=viewer.clone() running/> }
                                 }}
                                 <StateReveal state/>
                             }
@@ -73,7 +94,11 @@ fn Session(viewer: Viewer) -> impl IntoView {
 }
 
 #[component]
-fn SessionView(data: SessionData, viewer: Viewer) -> impl IntoView {
+fn SessionView(
+    data: SessionData,
+    viewer: Viewer,
+    running: Signal<Option<LiveOutput>>,
+) -> impl IntoView {
     let now = data.now_ms;
     let title = view! {
         <h1>"Session " <span id="session-id">{data.session.clone()}</span>
@@ -161,6 +186,8 @@ fn SessionView(data: SessionData, viewer: Viewer) -> impl IntoView {
         .into_any()
     };
     let turns = view.turns.clone();
+    let may_act = viewer.may_act();
+    let (tenant, session) = (data.tenant.clone(), data.session.clone());
     view! {
         {title}
         {warnings}
@@ -173,6 +200,11 @@ fn SessionView(data: SessionData, viewer: Viewer) -> impl IntoView {
             <tr><th>"last commit"</th><td title=clock(view.updated_at_ms)>{ago(now, view.updated_at_ms)}</td></tr>
         </tbody></table>
         {takeover}
+        {move || {
+            running
+                .get()
+                .map(|output| view! { <RunningTurn output may_act tenant=tenant.clone() session=session.clone()/> })
+        }}
         <h2>"Turns"</h2>
         <Timeline turns=turns.clone()/>
         <TurnTable turns/>
@@ -180,6 +212,58 @@ fn SessionView(data: SessionData, viewer: Viewer) -> impl IntoView {
         {files_section}
     }
     .into_any()
+}
+
+/// What the running turn has streamed so far, and (for operators) its
+/// Stop.
+#[component]
+fn RunningTurn(
+    output: LiveOutput,
+    may_act: bool,
+    tenant: String,
+    session: String,
+) -> impl IntoView {
+    let stop = may_act.then(|| {
+        let href = format!(
+            "/dashboard/confirm?action=interrupt&tenant={}&session={}&turn={}",
+            url_encode(&tenant),
+            url_encode(&session),
+            output.turn_seq
+        );
+        view! { <a id="stop" class="danger" href=href>"Stop this turn…"</a> }
+    });
+    let voided = (output.voided_attempts > 0).then(|| {
+        format!(
+            "; the words of {} earlier attempt(s) were voided",
+            output.voided_attempts
+        )
+    });
+    let doing = output
+        .doing
+        .clone()
+        .map(|d| view! { " · " <span id="live-doing">{d}</span> });
+    let words = if output.events == 0 {
+        view! {
+            <p class="muted" id="live-output-none">
+                "Nothing streamed yet (an agent that answers at once streams nothing)."
+            </p>
+        }
+        .into_any()
+    } else {
+        let cut = output.cut.then_some("…");
+        view! { <pre class="stream" id="live-output">{cut}{output.text.clone()}</pre> }.into_any()
+    };
+    view! {
+        <section class="running" id="running-turn" data-seq=output.turn_seq>
+            <h2>"Running now: turn " {output.turn_seq}</h2>
+            <p class="muted">
+                "on " {output.owner.clone()} ", attempt " {output.attempt} {voided} {doing}
+            </p>
+            {words}
+            <p class="muted">"Provisional: these words become the session's only if the turn commits."</p>
+            <p>{stop}</p>
+        </section>
+    }
 }
 
 /// Past this many characters, an input or a reply is folded: its start

@@ -1,5 +1,6 @@
 //! What the dashboard does, as plain HTML form posts (they work without
-//! JavaScript): sign in and out, drain a replica, take over a session; and
+//! JavaScript): sign in and out, drain a replica, take over a session, stop
+//! a running turn; and
 //! the workspace file downloads. Each action checks the role and the CSRF
 //! token, is audited, and answers with a redirect to the page that shows
 //! its result (`?done=<audit id>`). Refusals are JSON naming the rule.
@@ -15,6 +16,7 @@ use serde::Deserialize;
 
 use crate::format::{session_path, url_encode};
 use crate::model::Viewer;
+use crate::server::sidecars::SidecarError;
 use crate::server::{Dashboard, auth, data};
 
 /// Why an action was refused before it was tried.
@@ -231,31 +233,12 @@ pub async fn takeover(
     };
     let outcome = async {
         let key = data::session_key(&form.tenant, &form.session)?;
-        // Any replica can revoke: the lease lives in the store. The holder
-        // may be the one that hangs (that is why one takes over), so each
-        // live replica is tried in turn, those not draining first.
-        let mut replicas = dashboard.catalog.replicas().await?;
-        replicas.retain(|r| r.info.url.is_some());
-        replicas.sort_by_key(|r| r.info.draining);
-        if replicas.is_empty() {
-            return Err(PageError::NoReplicaToCall);
-        }
-        let mut failures = Vec::new();
-        let mut taken = None;
-        for via in &replicas {
-            match dashboard
-                .sidecars
-                .takeover(via, &form.tenant, &form.session, &viewer.name)
-                .await
-            {
-                Ok(t) => {
-                    taken = Some(t);
-                    break;
-                }
-                Err(e) => failures.push(e),
-            }
-        }
-        let taken = taken.ok_or(PageError::Sidecars(failures))?;
+        let (tenant, session, actor) = (&form.tenant, &form.session, &viewer.name);
+        let sidecars = &dashboard.sidecars;
+        let taken = on_any_replica(&dashboard, |via| async move {
+            sidecars.takeover(&via, tenant, session, actor).await
+        })
+        .await?;
         let fence = dashboard
             .catalog
             .inspect(&key)
@@ -269,6 +252,103 @@ pub async fn takeover(
     .await;
     let entry = dashboard
         .audit(&viewer.name, "takeover", &target, outcome)
+        .await;
+    let back = if data::session_key(&form.tenant, &form.session).is_ok() {
+        session_path(&form.tenant, &form.session)
+    } else {
+        "/dashboard".into()
+    };
+    Redirect::to(&format!("{back}?done={}", entry.id)).into_response()
+}
+
+/// Calls `act` on each live replica in turn until one does it, those not
+/// draining first. Any replica can do what the store does (revoke a lease,
+/// interrupt a turn), and the lease's holder may be the one that hangs
+/// (often why one acts at all).
+async fn on_any_replica<T, F, Fut>(dashboard: &Dashboard, act: F) -> Result<T, PageError>
+where
+    F: Fn(baton_views::ReplicaView) -> Fut,
+    Fut: std::future::Future<Output = Result<T, SidecarError>>,
+{
+    let mut replicas = dashboard.catalog.replicas().await?;
+    replicas.retain(|r| r.info.url.is_some());
+    replicas.sort_by_key(|r| r.info.draining);
+    if replicas.is_empty() {
+        return Err(PageError::NoReplicaToCall);
+    }
+    let mut failures = Vec::new();
+    for via in replicas {
+        match act(via).await {
+            Ok(done) => return Ok(done),
+            Err(e) => failures.push(e),
+        }
+    }
+    Err(PageError::Sidecars(failures))
+}
+
+#[derive(Deserialize)]
+pub struct InterruptForm {
+    #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    session: String,
+    #[serde(default)]
+    turn: String,
+    #[serde(default)]
+    csrf: String,
+}
+
+/// The session page's Stop: interrupts the turn the page showed running
+/// (that turn only: a later one is not stopped by a click meant for
+/// another). Its replica drops the agent's request; nothing it did
+/// commits; its client is told INTERRUPTED.
+pub async fn interrupt(
+    State(dashboard): State<Arc<Dashboard>>,
+    viewer: Option<axum::Extension<Viewer>>,
+    headers: HeaderMap,
+    Form(form): Form<InterruptForm>,
+) -> Response {
+    let target = format!("{}/{} turn {}", form.tenant, form.session, form.turn);
+    let proof = Proof::Form {
+        viewer: viewer.as_deref(),
+        csrf: &form.csrf,
+    };
+    let viewer = match authorize(&dashboard, &headers, proof, "interrupt", &target).await {
+        Ok(v) => v,
+        Err(refused) => return refused,
+    };
+    let outcome = async {
+        data::session_key(&form.tenant, &form.session)?;
+        let turn_seq = form
+            .turn
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                PageError::Input(format!(
+                    "turn: {:?} is not a turn number (1, 2, ...)",
+                    form.turn.chars().take(40).collect::<String>()
+                ))
+            })?;
+        let (tenant, session, actor) = (&form.tenant, &form.session, &viewer.name);
+        let sidecars = &dashboard.sidecars;
+        let stopped = on_any_replica(&dashboard, |via| async move {
+            sidecars
+                .interrupt(&via, tenant, session, turn_seq, actor)
+                .await
+        })
+        .await?;
+        Ok::<_, PageError>(match stopped {
+            Some(s) => format!(
+                "stopped turn {} (attempt {}) on {}; nothing it did commits",
+                s.turn_seq, s.attempt, s.owner
+            ),
+            None => format!("turn {turn_seq} was not running: nothing to stop"),
+        })
+    }
+    .await;
+    let entry = dashboard
+        .audit(&viewer.name, "interrupt", &target, outcome)
         .await;
     let back = if data::session_key(&form.tenant, &form.session).is_ok() {
         session_path(&form.tenant, &form.session)

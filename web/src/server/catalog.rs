@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::server::error::PageError;
+use baton_session::turn_stream::{EventId, MAX_READ, StreamEvent, TurnStreamReader};
 use baton_session::{
     CommittedState, ListQuery, ReplicaView, SessionCatalog, SessionKey, SessionPage, SessionView,
     StoreError, TurnRecord,
@@ -21,6 +22,14 @@ pub trait Catalog: Send + Sync + 'static {
     fn state<'a>(&'a self, key: &'a SessionKey) -> Answer<'a, Option<CommittedState>>;
     fn turns<'a>(&'a self, key: &'a SessionKey, limit: u32) -> Answer<'a, Vec<TurnRecord>>;
     fn replicas(&self) -> Answer<'_, Vec<ReplicaView>>;
+    /// The events of turn `turn_seq`'s stream after `after`, oldest first
+    /// (at most [`MAX_READ`]).
+    fn turn_events<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        turn_seq: u64,
+        after: Option<EventId>,
+    ) -> Answer<'a, Vec<StreamEvent>>;
 }
 
 /// The page's message for a store error; the log keeps the detail.
@@ -34,7 +43,7 @@ fn for_page(what: &'static str) -> impl Fn(StoreError) -> PageError {
     }
 }
 
-impl<T: SessionCatalog + 'static> Catalog for T {
+impl<T: SessionCatalog + TurnStreamReader + 'static> Catalog for T {
     fn sessions<'a>(&'a self, query: &'a ListQuery) -> Answer<'a, SessionPage> {
         Box::pin(async move {
             self.list_sessions(query)
@@ -74,6 +83,19 @@ impl<T: SessionCatalog + 'static> Catalog for T {
                 .map_err(for_page("listing replicas"))
         })
     }
+
+    fn turn_events<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        turn_seq: u64,
+        after: Option<EventId>,
+    ) -> Answer<'a, Vec<StreamEvent>> {
+        Box::pin(async move {
+            self.read_events(key, turn_seq, after, MAX_READ)
+                .await
+                .map_err(for_page("reading the running turn's stream"))
+        })
+    }
 }
 
 /// The catalog of a dashboard that reads no stores: `--kubernetes` alone
@@ -101,5 +123,14 @@ impl Catalog for NoStores {
 
     fn replicas(&self) -> Answer<'_, Vec<ReplicaView>> {
         Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn turn_events<'a>(
+        &'a self,
+        _: &'a SessionKey,
+        _: u64,
+        _: Option<EventId>,
+    ) -> Answer<'a, Vec<StreamEvent>> {
+        Box::pin(async { Err(PageError::NoStores) })
     }
 }

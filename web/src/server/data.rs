@@ -8,7 +8,8 @@ use baton_views::{PageKey, ReplicaView, SessionSummary};
 use futures::future::join_all;
 
 use crate::model::{
-    ClusterView, FileRow, Filters, ReplicaRow, ReplicasData, SessionData, SessionRow, SessionsData,
+    ClusterView, FileRow, Filters, OutputData, ReplicaRow, ReplicasData, SessionData, SessionRow,
+    SessionsData,
 };
 use crate::server::error::PageError;
 use crate::server::{Dashboard, PAGE_SIZE, TURN_HISTORY, now_ms};
@@ -192,6 +193,16 @@ pub async fn session(
         .flatten(),
         None => None,
     };
+    let output = match view.as_ref().and_then(|v| v.lease.as_ref()) {
+        Some(lease) => match crate::server::output::read(dashboard, &key, lease).await {
+            Ok(output) => Some(output),
+            Err(e) => {
+                warnings.push(e.to_string());
+                None
+            }
+        },
+        None => None,
+    };
     let state = if reveal_state && view.is_some() {
         dashboard
             .catalog
@@ -208,9 +219,25 @@ pub async fn session(
         files,
         state,
         lease_held_ms,
+        output,
         now_ms: now_ms(),
         warnings,
     })
+}
+
+/// The session page's fast channel: the running turn's output alone.
+pub async fn output(
+    dashboard: &Dashboard,
+    tenant: &str,
+    session: &str,
+) -> Result<OutputData, PageError> {
+    let key = session_key(tenant, session)?;
+    let lease = dashboard.catalog.inspect(&key).await?.and_then(|v| v.lease);
+    let output = match lease {
+        Some(lease) => Some(crate::server::output::read(dashboard, &key, &lease).await?),
+        None => None,
+    };
+    Ok(OutputData { output })
 }
 
 /// How long `holder` has been running its turn of the session: its

@@ -21,7 +21,12 @@ use crate::server::{Dashboard, data};
 /// How often an open page's data is read again.
 pub const EVERY: Duration = Duration::from_secs(1);
 
-/// Reads `read` every [`EVERY`] and sends what it returns; an error is
+/// How often a session page's running-turn output is read again: a
+/// reader sees the words come in small runs, and an idle session costs one
+/// read of its lease.
+pub const OUTPUT_EVERY: Duration = Duration::from_millis(250);
+
+/// Reads `read` every `every` and sends what it returns; an error is
 /// sent as an `error` event. Every read is sent, changed or not: the data
 /// carries the server's clock, which lease countdowns are computed from.
 ///
@@ -30,6 +35,7 @@ pub const EVERY: Duration = Duration::from_secs(1);
 fn changes<T, F, Fut>(
     dashboard: Arc<Dashboard>,
     headers: HeaderMap,
+    every: Duration,
     read: F,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>>
 where
@@ -38,7 +44,7 @@ where
     Fut: std::future::Future<Output = Result<T, PageError>> + Send,
 {
     let stream = futures::stream::unfold(
-        (read, tokio::time::interval(EVERY), dashboard, headers),
+        (read, tokio::time::interval(every), dashboard, headers),
         |(read, mut tick, dashboard, headers)| async move {
             tick.tick().await;
             if !dashboard.auth.still_signed_in(&headers) {
@@ -62,7 +68,7 @@ pub async fn sessions(
     Query(query): Query<HashMap<String, String>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let filters = Filters::from_query(|name| query.get(name).cloned());
-    changes(dashboard.clone(), headers, move || {
+    changes(dashboard.clone(), headers, EVERY, move || {
         let (dashboard, filters) = (dashboard.clone(), filters.clone());
         async move { dashboard.live_pages.sessions(&dashboard, &filters).await }
     })
@@ -101,7 +107,7 @@ pub async fn session(
     headers: HeaderMap,
     Path((tenant, session)): Path<(String, String)>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    changes(dashboard.clone(), headers, move || {
+    changes(dashboard.clone(), headers, EVERY, move || {
         let (dashboard, tenant, session) = (dashboard.clone(), tenant.clone(), session.clone());
         async move { data::session(&dashboard, &tenant, &session, false).await }
     })
@@ -111,8 +117,19 @@ pub async fn replicas(
     State(dashboard): State<Arc<Dashboard>>,
     headers: HeaderMap,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    changes(dashboard.clone(), headers, move || {
+    changes(dashboard.clone(), headers, EVERY, move || {
         let dashboard = dashboard.clone();
         async move { data::replicas(&dashboard).await }
+    })
+}
+
+pub async fn output(
+    State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+    Path((tenant, session)): Path<(String, String)>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    changes(dashboard.clone(), headers, OUTPUT_EVERY, move || {
+        let (dashboard, tenant, session) = (dashboard.clone(), tenant.clone(), session.clone());
+        async move { data::output(&dashboard, &tenant, &session).await }
     })
 }

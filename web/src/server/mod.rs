@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod data;
 pub mod error;
 pub mod live;
+pub mod output;
 pub mod samples;
 pub mod sidecars;
 
@@ -163,6 +164,7 @@ pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
         .route("/dashboard/signout", post(actions::sign_out))
         .route("/dashboard/actions/drain", post(actions::drain))
         .route("/dashboard/actions/takeover", post(actions::takeover))
+        .route("/dashboard/actions/interrupt", post(actions::interrupt))
         .route(
             "/dashboard/files/{tenant}/{session}/{*name}",
             get(actions::file),
@@ -171,6 +173,10 @@ pub fn router(dashboard: Arc<Dashboard>) -> axum::Router {
         .route(
             "/dashboard/live/sessions/{tenant}/{session}",
             get(live::session),
+        )
+        .route(
+            "/dashboard/live/sessions/{tenant}/{session}/output",
+            get(live::output),
         )
         .route("/dashboard/live/replicas", get(live::replicas))
         .with_state(dashboard.clone());

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use baton_admin_client::{AdminClient, AdminError, Target};
-use baton_views::{ReplicaStatus, ReplicaView, Takeover};
+use baton_views::{Interrupted, ReplicaStatus, ReplicaView, Takeover};
 
 /// How long a sidecar gets to answer a page's question.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -203,6 +203,29 @@ impl Sidecars {
         let target = self.target(via, ACTION_TIMEOUT, Some(&actor))?;
         let answer = self.client.takeover(target, tenant, session).await;
         answer.map_err(|e| named(via, e))
+    }
+
+    /// Stops turn `turn_seq` of the session; `Ok(None)` when it was not
+    /// running (it had ended, or another turn runs now).
+    pub async fn interrupt(
+        &self,
+        via: &ReplicaView,
+        tenant: &str,
+        session: &str,
+        turn_seq: u64,
+        actor: &str,
+    ) -> Result<Option<Interrupted>, SidecarError> {
+        let actor = format!("{actor} (dashboard)");
+        let target = self.target(via, ACTION_TIMEOUT, Some(&actor))?;
+        match self
+            .client
+            .interrupt(target, tenant, session, Some(turn_seq))
+            .await
+        {
+            Ok(stopped) => Ok(Some(stopped)),
+            Err(AdminError::Refused { status: 404, .. }) => Ok(None),
+            Err(e) => Err(named(via, e)),
+        }
     }
 }
 

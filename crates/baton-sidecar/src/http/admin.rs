@@ -163,11 +163,21 @@ pub(super) async fn post_takeover<S: ApiStore>(
     }))
 }
 
+#[derive(Debug, Default, Deserialize)]
+pub struct AdminInterruptQuery {
+    /// Only this turn (the one the dashboard showed): a later turn that
+    /// started meanwhile is not stopped by a click meant for another.
+    #[serde(rename = "turnSeq")]
+    turn_seq: Option<String>,
+}
+
 /// `POST /v1/admin/tenants/{tenant}/sessions/{session}/interrupt`: the
-/// dashboard's Stop, for whatever turn runs on the session.
+/// dashboard's Stop, for the turn that runs on the session (`?turnSeq=`:
+/// only that one).
 pub(super) async fn post_admin_interrupt<S: ApiStore>(
     State(api): State<Arc<Api<S>>>,
     Path((tenant, session)): Path<(String, String)>,
+    Query(query): Query<AdminInterruptQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Interrupted>> {
     admin(&api, &headers)?;
@@ -175,8 +185,13 @@ pub(super) async fn post_admin_interrupt<S: ApiStore>(
         .map_err(|e| ApiError::bad_request(format!("tenant: {e}")).with("field", "tenant"))?;
     let session = SessionId::new(session)
         .map_err(|e| ApiError::bad_request(format!("session id: {e}")).with("field", "session"))?;
+    let turn_seq = query
+        .turn_seq
+        .as_deref()
+        .map(|n| super::rejoin::parse_turn_seq("query", n))
+        .transpose()?;
     let by = actor(&api, &headers);
-    super::turns::interrupt(&api, SessionKey { tenant, session }, None, &by).await
+    super::turns::interrupt(&api, SessionKey { tenant, session }, turn_seq, &by).await
 }
 
 pub(super) async fn readyz<S: ApiStore>(State(api): State<Arc<Api<S>>>) -> ApiResult<&'static str> {

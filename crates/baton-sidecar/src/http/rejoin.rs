@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::time::Instant;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use baton_session::turn_stream::{EventId, MAX_READ, TurnStreams, parse_event_id};
+use baton_session::turn_stream::{EventId, MAX_READ, TurnStreamReader, parse_event_id};
 use tokio::sync::mpsc;
 
 use super::*;
@@ -19,14 +19,15 @@ use crate::live::Event;
 const LAST_EVENT_ID: &str = "last-event-id";
 
 /// A `{turnSeq}` path segment.
-pub(super) fn parse_turn_seq(turn_seq: &str) -> ApiResult<u64> {
+/// A `turnSeq` from the request (`place`: "path" or "query").
+pub(super) fn parse_turn_seq(place: &str, turn_seq: &str) -> ApiResult<u64> {
     turn_seq
         .parse::<u64>()
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| {
             ApiError::bad_request(format!(
-                "path turnSeq: {turn_seq:?} is not a turn number (1, 2, ...)"
+                "{place} turnSeq: {turn_seq:?} is not a turn number (1, 2, ...)"
             ))
             .with("field", "turnSeq")
         })
@@ -38,7 +39,7 @@ pub(super) async fn get_turn_stream<S: ApiStore>(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let key = api.key(&headers, &session)?;
-    let turn_seq = parse_turn_seq(&turn_seq)?;
+    let turn_seq = parse_turn_seq("path", &turn_seq)?;
     let after = match headers.get(LAST_EVENT_ID) {
         None => None,
         Some(v) => Some(
@@ -103,7 +104,7 @@ pub(super) async fn get_turn_stream<S: ApiStore>(
 }
 
 /// Whether the event at `at` is the end of its stream.
-async fn ended_at<S: TurnStreams>(
+async fn ended_at<S: TurnStreamReader>(
     store: &S,
     key: &SessionKey,
     turn_seq: u64,

@@ -364,7 +364,7 @@ pub(super) async fn post_interrupt<S: ApiStore>(
     headers: HeaderMap,
 ) -> ApiResult<Json<Interrupted>> {
     let key = api.key(&headers, &session)?;
-    let turn_seq = super::rejoin::parse_turn_seq(&turn_seq)?;
+    let turn_seq = super::rejoin::parse_turn_seq("path", &turn_seq)?;
     interrupt(&api, key, Some(turn_seq), "client").await
 }
 
