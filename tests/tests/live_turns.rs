@@ -8,8 +8,11 @@
 //! nothing committed) and runs in its place; a Stop does the same without
 //! a new turn. A drain lets a streaming turn finish within its timeout and
 //! aborts one that outlasts it with a failure saying when to retry. The
-//! history keeps what was said unless told to keep digests. `baton dev` with two replica processes, on the embedded
-//! stores and on real Redis, Postgres and S3.
+//! history keeps what was said unless told to keep digests. A rolling
+//! release under streamed load (`baton bench --stream --verify`) loses no
+//! turn and shows no client words that did not commit. `baton dev` with
+//! two replica processes, on the embedded stores and on real Redis,
+//! Postgres and S3.
 
 use std::time::Instant;
 
@@ -554,6 +557,65 @@ async fn the_history_shows_what_was_said_unless_told_to_keep_digests(stores: Sto
             );
         }
     }
+}
+
+/// G9 with streams: `baton dev rollout` replaces every replica while
+/// `baton bench --stream --verify` streams turns through the front door:
+/// no turn fails (a turn its draining replica aborted is retried, as the
+/// failure event says), none is lost or duplicated, and every client was
+/// shown exactly the words that committed.
+async fn a_rollout_under_streamed_load_loses_no_turn(stores: Stores) {
+    let _one = serial().await;
+    let dev = Cluster::start(stores).await;
+    let started = Instant::now();
+    let bench = dev.bench(&[
+        "--sessions=24",
+        "--concurrency=8",
+        "--duration=15s",
+        "--stream",
+        "--stream-chunks=20",
+        "--stream-interval-ms=15",
+        "--verify",
+    ]);
+    baton_e2e::support::poll_turns(&dev, 20).await;
+    let rollout = dev.rollout();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "the rollout must finish while the load still runs ({:?})",
+        started.elapsed()
+    );
+    assert!(
+        rollout.status.success(),
+        "rollout failed: {}\n{}",
+        String::from_utf8_lossy(&rollout.stderr),
+        dev.log()
+    );
+    let out = bench.wait_with_output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("streamed bench under rollout: {report}");
+    assert!(out.status.success(), "bench failed: {report}");
+    assert_eq!(report["failed"], 0, "{report}");
+    assert!(report["acknowledged"].as_u64().unwrap() > 20, "{report}");
+    assert_eq!(report["verifyErrors"], json!([]), "{report}");
+    let stream = &report["stream"];
+    assert_eq!(stream["shownNotCommitted"], 0, "{report}");
+    // Every acknowledged turn but a duplicate's answer streamed its 20
+    // pieces.
+    let fresh = report["outcomes"]["OK"].as_u64().unwrap();
+    assert!(stream["deltas"].as_u64().unwrap() >= fresh * 20, "{report}");
+    for r in dev.replicas().await.unwrap() {
+        assert_eq!(r["generation"], 1, "every replica replaced once: {r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_under_streamed_load_embedded() {
+    a_rollout_under_streamed_load_loses_no_turn(Stores::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_under_streamed_load_real_stores() {
+    a_rollout_under_streamed_load_loses_no_turn(Stores::Real).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1120,6 +1120,188 @@ fn try_hostile(listener: &str, addr: &str, path: &str, auth: &str, api: bool) {
     }
 }
 
+/// The live-turn routes (rejoin, Stop, `onBusy`, the admin interrupt) with
+/// ids and headers no client should send: each refused with the field it
+/// broke, nothing running is stopped, and the replica serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_turn_routes_refuse_malformed_ids_and_headers() {
+    let _serial = serial().await;
+    let tenants = format!("--auth-tokens={TENANT_TOKEN}=acme");
+    let admins = format!("--admin-tokens={ADMIN_TOKEN}");
+    let replica = Replica::start(&[&tenants, &admins, "--admin-listen=127.0.0.1:0"]).await;
+    let admin = replica.admin_url.clone().unwrap();
+    let http = reqwest::Client::new();
+    let turn = http
+        .post(format!("{}/v1/sessions/s-1/turns", replica.url))
+        .bearer_auth(TENANT_TOKEN)
+        .json(&json!({"input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(turn.status(), 200);
+    let long_id = "s".repeat(10_000);
+    let long_event_id = "9".repeat(10_000);
+    let turns = format!("{}/v1/sessions", replica.url);
+    type Case<'a> = (&'a str, reqwest::RequestBuilder, u16, Option<&'a str>);
+    let cases: Vec<Case> = vec![
+        (
+            "rejoin without a token",
+            http.get(format!("{turns}/s-1/turns/1/stream")),
+            401,
+            None,
+        ),
+        (
+            "rejoin turn 0",
+            http.get(format!("{turns}/s-1/turns/0/stream"))
+                .bearer_auth(TENANT_TOKEN),
+            400,
+            Some("turnSeq"),
+        ),
+        (
+            "rejoin turn -1",
+            http.get(format!("{turns}/s-1/turns/-1/stream"))
+                .bearer_auth(TENANT_TOKEN),
+            400,
+            Some("turnSeq"),
+        ),
+        (
+            "rejoin a turn past u64",
+            http.get(format!("{turns}/s-1/turns/99999999999999999999999/stream"))
+                .bearer_auth(TENANT_TOKEN),
+            400,
+            Some("turnSeq"),
+        ),
+        (
+            "rejoin a 10 KB session id",
+            http.get(format!("{turns}/{long_id}/turns/1/stream"))
+                .bearer_auth(TENANT_TOKEN),
+            400,
+            None,
+        ),
+        (
+            "a Last-Event-ID that is no id",
+            http.get(format!("{turns}/s-1/turns/1/stream"))
+                .bearer_auth(TENANT_TOKEN)
+                .header("last-event-id", "1-2-3"),
+            400,
+            Some("Last-Event-ID"),
+        ),
+        (
+            "a 10 KB Last-Event-ID",
+            http.get(format!("{turns}/s-1/turns/1/stream"))
+                .bearer_auth(TENANT_TOKEN)
+                .header("last-event-id", format!("{long_event_id}-1")),
+            400,
+            Some("Last-Event-ID"),
+        ),
+        (
+            "rejoin a turn that kept no stream",
+            http.get(format!("{turns}/s-1/turns/1/stream"))
+                .bearer_auth(TENANT_TOKEN),
+            404,
+            None,
+        ),
+        (
+            "Stop without a token",
+            http.post(format!("{turns}/s-1/turns/1/interrupt")),
+            401,
+            None,
+        ),
+        (
+            "Stop turn 0",
+            http.post(format!("{turns}/s-1/turns/0/interrupt"))
+                .bearer_auth(TENANT_TOKEN),
+            400,
+            Some("turnSeq"),
+        ),
+        (
+            "Stop a turn that does not run",
+            http.post(format!("{turns}/s-1/turns/7/interrupt"))
+                .bearer_auth(TENANT_TOKEN),
+            404,
+            None,
+        ),
+        (
+            "an onBusy nobody knows",
+            http.post(format!("{turns}/s-1/turns?onBusy=sometimes"))
+                .bearer_auth(TENANT_TOKEN)
+                .json(&json!({"input": "hi"})),
+            400,
+            Some("onBusy"),
+        ),
+        (
+            "admin interrupt without a token",
+            http.post(format!(
+                "{admin}/v1/admin/tenants/acme/sessions/s-1/interrupt"
+            )),
+            401,
+            None,
+        ),
+        (
+            "admin interrupt with a tenant's token",
+            http.post(format!(
+                "{admin}/v1/admin/tenants/acme/sessions/s-1/interrupt"
+            ))
+            .bearer_auth(TENANT_TOKEN),
+            403,
+            None,
+        ),
+        (
+            "admin interrupt of turnSeq abc",
+            http.post(format!(
+                "{admin}/v1/admin/tenants/acme/sessions/s-1/interrupt?turnSeq=abc"
+            ))
+            .bearer_auth(ADMIN_TOKEN),
+            400,
+            Some("turnSeq"),
+        ),
+        (
+            "admin interrupt of a turn that does not run",
+            http.post(format!(
+                "{admin}/v1/admin/tenants/acme/sessions/s-1/interrupt?turnSeq=2"
+            ))
+            .bearer_auth(ADMIN_TOKEN),
+            404,
+            None,
+        ),
+        (
+            "admin interrupt of a 10 KB tenant",
+            http.post(format!(
+                "{admin}/v1/admin/tenants/{long_id}/sessions/s-1/interrupt"
+            ))
+            .bearer_auth(ADMIN_TOKEN),
+            400,
+            Some("tenant"),
+        ),
+    ];
+    for (what, request, status, field) in cases {
+        let answer = request.send().await.unwrap();
+        let code = answer.status().as_u16();
+        let body = answer.text().await.unwrap();
+        assert_eq!(code, status, "{what}: {body}");
+        if let Some(field) = field {
+            let body: Value = serde_json::from_str(&body)
+                .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {body}"));
+            assert_eq!(body["field"], field, "{what}: {body}");
+        }
+    }
+    // Nothing was stopped or lost: the session is at version 1 and takes
+    // its next turn.
+    let next = http
+        .post(format!("{}/v1/sessions/s-1/turns", replica.url))
+        .bearer_auth(TENANT_TOKEN)
+        .json(&json!({"input": "still here?"}))
+        .send()
+        .await
+        .unwrap();
+    let next: Value = next.json().await.unwrap();
+    assert_eq!(
+        (next["status"].as_str(), next["stateVersion"].as_u64()),
+        (Some("OK"), Some(2)),
+        "{next}"
+    );
+}
+
 /// The hostile-input suite on every listener a user's traffic reaches:
 /// the sidecar's turn and admin ports, `baton dev`'s front door and its
 /// dashboard. Each answers a clear refusal (never a 5xx) and serves the

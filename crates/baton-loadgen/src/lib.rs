@@ -148,6 +148,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub stream: bool,
 
+    /// The turns `--stream` would send, as plain messages the agent answers
+    /// at once (JSON): the baseline for what streaming costs the stores.
+    #[arg(long, conflicts_with = "stream")]
+    pub stream_baseline: bool,
+
     /// Pieces each streamed reply comes in (about 8 characters each).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub stream_chunks: u32,
@@ -474,13 +479,18 @@ impl Client {
             i += 1;
             let session = &mut sessions[idx];
             let seq = session.next_seq;
-            let input = if self.args.stream {
-                streamed::input(
+            let input = if self.args.stream || self.args.stream_baseline {
+                let asked = streamed::input(
                     &session.id,
                     seq,
                     self.args.stream_chunks,
                     self.args.stream_interval_ms,
-                )
+                );
+                if self.args.stream_baseline {
+                    streamed::text_of(&asked).to_owned()
+                } else {
+                    asked
+                }
             } else {
                 input_for(self.args.mix.pick(seq), &session.id, seq)
             };

@@ -13,15 +13,28 @@ use http_body_util::BodyDataStream;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The reply a streamed turn asks the reference agent for: `chunks`
-/// pieces of about 8 characters, `interval_ms` apart, unique to the turn.
+/// The reply a streamed turn asks the reference agent for: exactly
+/// `chunks` pieces (of 8 characters, or more when the turn's name needs
+/// them), `interval_ms` apart, unique to the turn.
 pub fn input(session: &str, seq: u64, chunks: u32, interval_ms: u32) -> String {
     let mut text = format!("turn {seq} of {session}:");
-    let want = chunks as usize * 8;
-    while text.len() < want {
+    let chunks = chunks.max(1) as usize;
+    let piece = text.len().div_ceil(chunks).max(8);
+    while text.len() < piece * chunks {
         text.push_str(" streamed");
     }
+    text.truncate(piece * chunks);
+    if text.ends_with(' ') {
+        // The agent trims its command's text.
+        text.pop();
+        text.push('.');
+    }
     format!("/stream {chunks} {interval_ms} {text}")
+}
+
+/// The reply text of an [`input`]: sent alone, the same turn unstreamed.
+pub fn text_of(input: &str) -> &str {
+    input.splitn(4, ' ').nth(3).unwrap_or(input)
 }
 
 /// How a streamed answer ended.
@@ -176,12 +189,22 @@ mod tests {
     fn inputs_ask_for_the_chunks_and_differ_by_turn() {
         let a = input("s-1", 3, 100, 5);
         assert!(a.starts_with("/stream 100 5 turn 3 of s-1:"), "{a}");
-        let text = a.splitn(4, ' ').nth(3).unwrap();
-        assert!(text.len() >= 800, "{}", text.len());
         assert_ne!(a, input("s-1", 4, 100, 5));
-        // The reference agent reads it back as that plan and that reply.
-        let out = baton_agent::memory::respond(&Default::default(), &a);
-        assert_eq!(out.reply, text);
-        assert_eq!(out.stream.unwrap().chunks, 100);
+        // The reference agent reads each back as that plan and that reply,
+        // in exactly that many pieces.
+        for (session, chunks) in [
+            ("s-1", 100),
+            ("a-rather-long-session-id-0042", 3),
+            ("s", 1),
+            ("s-7", 7),
+        ] {
+            let asked = input(session, 12, chunks, 0);
+            let text = text_of(&asked);
+            let out = baton_agent::memory::respond(&Default::default(), &asked);
+            assert_eq!(out.reply, text, "{asked}");
+            assert_eq!(out.stream.unwrap().chunks, chunks as usize);
+            assert_eq!(text.len() % chunks as usize, 0, "{asked}");
+            assert!(text.len() >= 8 * chunks as usize, "{asked}");
+        }
     }
 }
