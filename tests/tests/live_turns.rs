@@ -122,22 +122,28 @@ async fn a_client_rejoins_on_another_replica_and_sees_each_event_once(stores: St
         .unwrap();
     assert_eq!(again.status().as_u16(), 204);
 
-    // A JSON client's turn of a streaming agent is kept too (every reply
-    // streams in `baton dev`).
+    // A turn nobody followed (its JSON client stayed to the end) kept no
+    // stream: it cost the store nothing, and a replay says how to get its
+    // answer.
     let (status, answer) = dev
         .turn_on(&a, "rejoin", &json!({ "input": "hello" }), "")
         .await;
     assert_eq!(status, 200, "{answer}");
-    let replay = Events::open(
-        dev.http
-            .get(format!("{b}/v1/sessions/rejoin/turns/2/stream")),
-    )
-    .await
-    .expect("a stream")
-    .rest()
-    .await;
-    assert_eq!(streamed_text(&replay), answer["reply"].as_str().unwrap());
-    assert_eq!(replay.last().unwrap().data["stateVersion"], 2);
+    let gone = dev
+        .http
+        .get(format!("{b}/v1/sessions/rejoin/turns/2/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status().as_u16(), 404);
+    let gone: Value = gone.json().await.unwrap();
+    assert!(
+        gone["error"]
+            .as_str()
+            .unwrap()
+            .contains("turnSeq 2 for its answer"),
+        "{gone}"
+    );
 
     // Refused, with the field named.
     let refused = |path: String, last_event_id: Option<&'static str>| {

@@ -683,6 +683,18 @@ async fn a_running_turn_shows_its_words_and_an_operator_its_stop() {
     else {
         panic!("not granted");
     };
+    // The running turn has kept no stream: the page says so, and asks its
+    // replica (at its next lease check) to keep one.
+    let ops = sign_in(&f.router, OPERATOR).await;
+    let html = get(&f.router, &ops, "/dashboard/sessions/acme/talk")
+        .await
+        .body;
+    assert!(html.contains("id=\"live-output-none\""), "{html}");
+    assert_eq!(
+        f.store.check_lease(&lease).await.unwrap(),
+        LeaseCheck::Followed,
+        "the page asked for the stream"
+    );
     let event = |kind, attempt, n, data: &str| StreamEvent {
         kind,
         attempt,

@@ -65,6 +65,10 @@ impl SessionCatalog for RedisCatalog {
 /// A running turn's stream, for a dashboard to show as it is written:
 /// Redis's alone (provisional words are never ledgered).
 impl TurnStreamReader for RedisCatalog {
+    async fn want_events(&self, key: &SessionKey, turn_seq: u64) -> StoreResult<bool> {
+        self.redis.want_events(key, turn_seq).await
+    }
+
     async fn read_events(
         &self,
         key: &SessionKey,

@@ -308,6 +308,10 @@ impl TurnStreams for RedisLedgerStore {
 }
 
 impl TurnStreamReader for RedisLedgerStore {
+    async fn want_events(&self, key: &SessionKey, turn_seq: u64) -> StoreResult<bool> {
+        self.catalog.redis.want_events(key, turn_seq).await
+    }
+
     async fn read_events(
         &self,
         key: &SessionKey,

@@ -471,6 +471,40 @@ pub async fn an_interrupt_fences_out_the_running_turn_and_tells_it_why<S: TurnSt
 
 // --- idempotency and sequencing ---
 
+pub async fn a_reader_that_wants_a_turns_stream_is_heard_at_its_lease_check<
+    S: TurnStore + turn_stream::TurnStreams,
+>(
+    store: S,
+) {
+    let a = replica(&store, "a").await;
+    let k = key("wanted");
+    turn(&store, &k, &a, "one").await;
+    let (lease, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(store.check_lease(&lease).await.unwrap(), LeaseCheck::Held);
+    // Another turn than the running one: nothing is marked.
+    assert!(!store.want_events(&k, 1).await.unwrap());
+    assert!(!store.want_events(&k, 3).await.unwrap());
+    assert!(!store.want_events(&key("nobody-home"), 1).await.unwrap());
+    assert_eq!(store.check_lease(&lease).await.unwrap(), LeaseCheck::Held);
+    assert!(store.want_events(&k, 2).await.unwrap());
+    assert_eq!(
+        store.check_lease(&lease).await.unwrap(),
+        LeaseCheck::Followed
+    );
+    // The mark goes with its turn: the next one starts unwanted.
+    assert_eq!(
+        store.commit(&commit_req(&lease, "two", "r")).await.unwrap(),
+        CommitOutcome::Committed { version: 2 }
+    );
+    let (next, _) = granted(&store, &begin_req(&k, &a, None)).await;
+    assert_eq!(next.turn_seq, 3);
+    assert_eq!(store.check_lease(&next).await.unwrap(), LeaseCheck::Held);
+    // A wanted turn that is taken over is lost all the same.
+    assert!(store.want_events(&k, 3).await.unwrap());
+    store.revoke(&k).await.unwrap();
+    assert_eq!(store.check_lease(&next).await.unwrap(), LeaseCheck::Lost);
+}
+
 pub async fn a_duplicate_turn_seq_returns_the_stored_result<S: TurnStore>(store: S) {
     let (a, b) = (replica(&store, "a").await, replica(&store, "b").await);
     let k = key("dup");

@@ -69,6 +69,7 @@ macro_rules! contract_suite {
             case!(oversized_commits_are_refused_and_nothing_is_overwritten);
             case!(a_commit_cannot_move_its_turn_seq);
             case!(a_turns_stream_keeps_its_order_and_refuses_an_older_attempt);
+            case!(a_reader_that_wants_a_turns_stream_is_heard_at_its_lease_check);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn results_older_than_the_window_are_stale() {

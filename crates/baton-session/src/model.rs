@@ -55,6 +55,10 @@ pub struct Lease {
 pub enum LeaseCheck {
     /// Still this turn's, unexpired.
     Held,
+    /// Still this turn's, and a reader wants its stream
+    /// ([`crate::turn_stream::TurnStreamReader::want_events`]): the turn's
+    /// events should go to the store from now on.
+    Followed,
     /// Dropped by an interrupt ([`crate::TurnStore::interrupt`]).
     Interrupted,
     /// Expired, taken over, or released.

@@ -109,8 +109,22 @@ pub fn parse_event_id(id: &str) -> Option<EventId> {
 }
 
 /// Reading the turn streams of a backend: all a follower or a dashboard
-/// needs (a dashboard's catalog writes nothing).
+/// needs.
 pub trait TurnStreamReader: Send + Sync {
+    /// Asks the replica running turn `turn_seq` of `key` to copy its events
+    /// to the store: a turn's stream is kept only once someone wants it (a
+    /// client rejoining from another replica, a dashboard watching, or its
+    /// own client gone before the end), so a turn nobody follows costs the
+    /// store nothing. The holder learns it at its next
+    /// [`crate::TurnStore::check_lease`] ([`crate::LeaseCheck::Followed`]).
+    /// `Ok(false)` when that turn does not hold the lease. The only write a
+    /// reader makes: a mark on the running lease, gone with it.
+    fn want_events(
+        &self,
+        key: &SessionKey,
+        turn_seq: u64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
     /// The events of `(key, turn_seq)`'s stream after `after` (from the
     /// start when `None`), at most `limit` (capped at [`MAX_READ`]), oldest
     /// first; empty when there are none (yet, or any more).

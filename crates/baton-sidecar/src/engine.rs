@@ -619,7 +619,7 @@ impl<S: TurnStore + 'static> Engine<S> {
         let prepared = tokio::select! {
             prepared = self.prepare(ask, lease, &state) => prepared,
             () = self.renew_until_lost(lease) => Err(TurnError::LeaseLost),
-            stopped = self.until_lease_goes(lease) => Err(stopped),
+            stopped = self.until_lease_goes(lease, ask.live.as_deref()) => Err(stopped),
             _ = abort.wait_for(|a| *a) => Err(TurnError::AbortedByDrain),
         };
         let prepared = match prepared {
@@ -812,11 +812,18 @@ impl<S: TurnStore + 'static> Engine<S> {
     /// Returns once `lease` no longer holds, asking every [`LEASE_CHECK`]:
     /// interrupted, or lost (expired, taken over). A store that does not
     /// answer is asked again; the renewals decide when that loses the lease.
-    async fn until_lease_goes(&self, lease: &Lease) -> TurnError {
+    /// The same check says when a reader elsewhere wants the turn's events
+    /// (`live`'s copy to the store then starts).
+    async fn until_lease_goes(&self, lease: &Lease, live: Option<&LiveTurn>) -> TurnError {
         loop {
             tokio::time::sleep(LEASE_CHECK).await;
             match self.store.check_lease(lease).await {
                 Ok(baton_session::LeaseCheck::Held) | Err(_) => {}
+                Ok(baton_session::LeaseCheck::Followed) => {
+                    if let Some(live) = live {
+                        live.want();
+                    }
+                }
                 Ok(baton_session::LeaseCheck::Interrupted) => return TurnError::Interrupted,
                 Ok(baton_session::LeaseCheck::Lost) => return TurnError::LeaseLost,
             }

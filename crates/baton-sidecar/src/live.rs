@@ -19,6 +19,9 @@ pub struct LiveTurn {
     inner: Mutex<Inner>,
     /// The number of events, for readers waiting for the next one.
     count: watch::Sender<usize>,
+    /// Whether someone elsewhere wants the turn's events (see
+    /// [`crate::recorder`]): once true, true for good.
+    wanted: watch::Sender<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -35,6 +38,7 @@ impl Default for LiveTurn {
         Self {
             inner: Mutex::new(Inner::default()),
             count: watch::Sender::new(0),
+            wanted: watch::Sender::new(false),
         }
     }
 }
@@ -98,6 +102,36 @@ impl LiveTurn {
         let len = inner.events.len();
         drop(inner);
         self.count.send_replace(len);
+    }
+
+    /// Someone elsewhere wants the turn's events: a reader asked the store
+    /// for them, or the client that followed the turn here went away
+    /// before its end (and may come back on another replica).
+    pub fn want(&self) {
+        self.wanted
+            .send_if_modified(|w| !std::mem::replace(w, true));
+    }
+
+    /// Waits until [`Self::want`] was called.
+    pub async fn wanted(&self) {
+        let mut wanted = self.wanted.subscribe();
+        let _ = wanted.wait_for(|w| *w).await;
+    }
+
+    /// Waits until the turn has ended (or was refused before it started).
+    pub async fn ended(&self) {
+        let mut count = self.count.subscribe();
+        loop {
+            {
+                let inner = self.lock();
+                if inner.closed || inner.events.last().is_some_and(|e| e.kind.ends()) {
+                    return;
+                }
+            }
+            if count.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Whether the turn has started (or already ended).

@@ -7,10 +7,13 @@
 //! next, so a fast token stream costs one store round trip per batch, not
 //! one per token.
 //!
-//! Recorded: every turn a client follows as a stream, and every turn whose
-//! agent streams (its first delta or progress starts the copy, from the
-//! turn's first event). A turn that neither streams nor is streamed costs
-//! the store nothing.
+//! A turn is copied only once someone wants it ([`LiveTurn::want`]): the
+//! client that followed it here went away before its end (it may come back
+//! on another replica), or a reader elsewhere asked the store for it (a
+//! client rejoining, a dashboard watching: the turn learns it at its next
+//! lease check, within [`crate::engine::LEASE_CHECK`]). The copy then
+//! starts from the turn's first event. A turn nobody follows costs the
+//! store nothing: it would cost Redis one stream entry per token.
 
 use std::time::Duration;
 
@@ -26,36 +29,36 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// failure (see [`crate::follow`]).
 const MAX_FAILURES: u32 = 50;
 
-/// Whether a turn is copied from its start, or once its agent streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Record {
-    Always,
-    WhenStreamed,
-}
+/// How long after its end a turn can still be wanted: its client's
+/// connection may break just as the last event goes out.
+const WANTED_AFTER_END: Duration = Duration::from_secs(1);
 
 /// Copies `live` (the turn of `key`) to `store` until it ends, the store
 /// refuses it (a newer attempt wrote) or the store fails
 /// [`MAX_FAILURES`] times in a row.
-pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn, when: Record) {
+pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn) {
+    tokio::select! {
+        () = live.wanted() => {}
+        () = live.ended() => {
+            if !continues_a_kept_stream(store, key, live).await {
+                tokio::select! {
+                    () = live.wanted() => {}
+                    () = tokio::time::sleep(WANTED_AFTER_END) => return,
+                }
+            }
+        }
+    }
     let mut seen = 0;
     let mut stored = 0;
-    let mut recording = when == Record::Always;
     let mut failures = 0;
     loop {
         // Wait for news only once everything seen is stored.
-        if !recording || stored >= seen {
+        if stored >= seen {
             let fresh = live.next_from(seen).await;
             if fresh.is_empty() {
-                return; // ended, and all of it stored (or none wanted)
+                return; // ended, and all of it stored
             }
             seen += fresh.len();
-            recording = recording
-                || fresh
-                    .iter()
-                    .any(|e| matches!(e.kind, Kind::Delta | Kind::Progress));
-            if !recording {
-                continue;
-            }
         }
         let batch = live.events_from(stored);
         let Some(first) = batch.first() else {
@@ -90,6 +93,32 @@ pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn
         }
         seen = seen.max(stored);
     }
+}
+
+/// Whether `live` is a retry of a turn whose earlier attempt's stream was
+/// kept (its followers saw that attempt die): then this attempt's words
+/// must follow in the stream, or a client replaying the turn would be shown
+/// the dead attempt's. One read, made only by a turn that streamed.
+async fn continues_a_kept_stream<S: TurnStreams>(
+    store: &S,
+    key: &SessionKey,
+    live: &LiveTurn,
+) -> bool {
+    let events = live.events_from(0);
+    let Some(first) = events.first() else {
+        return false;
+    };
+    if first.attempt == 0
+        || !events
+            .iter()
+            .any(|e| matches!(e.kind, Kind::Delta | Kind::Progress))
+    {
+        return false;
+    }
+    store
+        .read_events(key, live.turn_seq(), None, 1)
+        .await
+        .is_ok_and(|kept| kept.first().is_some_and(|e| e.attempt < first.attempt))
 }
 
 /// How many of `batch`'s events the store already holds (an append whose

@@ -23,6 +23,7 @@ pub(crate) struct Scripts {
     pub(crate) sweeper: Script,
     pub(crate) complete_known: Script,
     pub(crate) append_stream: Script,
+    pub(crate) want: Script,
 }
 
 impl Scripts {
@@ -41,6 +42,7 @@ impl Scripts {
             sweeper: Script::new(include_str!("scripts/sweeper.lua")),
             complete_known: Script::new(include_str!("scripts/complete_known.lua")),
             append_stream: Script::new(include_str!("scripts/append_stream.lua")),
+            want: Script::new(include_str!("scripts/want.lua")),
         }
     }
 }

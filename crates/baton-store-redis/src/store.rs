@@ -393,11 +393,12 @@ impl TurnStore for RedisStore {
                 Option<String>,
                 Option<String>,
                 Option<String>,
+                Option<String>,
             ),
             (u64, u64),
         );
-        let ((fence, owner, until, irq), now): Readout = redis::pipe()
-            .hmget(&keys.state, &["fence", "owner", "until", "irq"])
+        let ((fence, owner, until, irq, want), now): Readout = redis::pipe()
+            .hmget(&keys.state, &["fence", "owner", "until", "irq", "want"])
             .cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await
@@ -409,7 +410,11 @@ impl TurnStore for RedisStore {
             .is_some_and(|u| u > now_ms);
         Ok(
             if owner.is_some() && fence.as_deref() == Some(&mine) && unexpired {
-                LeaseCheck::Held
+                if want.as_deref() == Some(&lease.turn_seq.to_string()) {
+                    LeaseCheck::Followed
+                } else {
+                    LeaseCheck::Held
+                }
             } else if irq.as_deref() == Some(&mine) {
                 LeaseCheck::Interrupted
             } else {

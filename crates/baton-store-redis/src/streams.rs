@@ -47,6 +47,19 @@ impl TurnStreams for RedisStore {
 }
 
 impl TurnStreamReader for RedisStore {
+    async fn want_events(&self, key: &SessionKey, turn_seq: u64) -> StoreResult<bool> {
+        let keys = self.space.session(key);
+        let marked: i64 = self
+            .scripts
+            .want
+            .key(&keys.state)
+            .arg(turn_seq)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(marked == 1)
+    }
+
     async fn read_events(
         &self,
         key: &SessionKey,

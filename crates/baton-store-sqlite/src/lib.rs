@@ -507,18 +507,23 @@ impl TurnStore for SqliteStore {
         let row = sqlx::query(
             "SELECT
                EXISTS (SELECT 1 FROM leases WHERE tenant = ?1 AND session = ?2 AND fence = ?3 AND expires_at_ms > ?4),
-               (SELECT interrupted_fence FROM session_state WHERE tenant = ?1 AND session = ?2)",
+               (SELECT interrupted_fence FROM session_state WHERE tenant = ?1 AND session = ?2),
+               EXISTS (SELECT 1 FROM leases WHERE tenant = ?1 AND session = ?2 AND fence = ?3 AND wanted_turn_seq = ?5)",
         )
         .bind(t)
         .bind(s)
         .bind(int(lease.fence))
         .bind(int(now_us() / 1000))
+        .bind(int(lease.turn_seq))
         .fetch_one(&self.pool)
         .await
         .map_err(db_error)?;
         let held: bool = row.get(0);
         let interrupted: Option<i64> = row.get(1);
-        Ok(if held {
+        let wanted: bool = row.get(2);
+        Ok(if held && wanted {
+            LeaseCheck::Followed
+        } else if held {
             LeaseCheck::Held
         } else if interrupted == Some(int(lease.fence)) {
             LeaseCheck::Interrupted

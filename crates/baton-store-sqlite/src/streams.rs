@@ -95,6 +95,20 @@ impl TurnStreams for SqliteStore {
 }
 
 impl TurnStreamReader for SqliteStore {
+    async fn want_events(&self, key: &SessionKey, turn_seq: u64) -> StoreResult<bool> {
+        let marked = sqlx::query(
+            "UPDATE leases SET wanted_turn_seq = ?3 WHERE tenant = ?1 AND session = ?2 AND turn_seq = ?3 AND expires_at_ms > ?4",
+        )
+        .bind(key.tenant.as_str())
+        .bind(key.session.as_str())
+        .bind(int(turn_seq))
+        .bind(int(now_us() / 1000))
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(marked.rows_affected() == 1)
+    }
+
     async fn read_events(
         &self,
         key: &SessionKey,

@@ -245,7 +245,8 @@ fn RunningTurn(
     let words = if output.events == 0 {
         view! {
             <p class="muted" id="live-output-none">
-                "Nothing streamed yet (an agent that answers at once streams nothing)."
+                "Nothing streamed yet: its replica keeps its words for this page from its next lease check on "
+                "(an agent that answers at once streams nothing)."
             </p>
         }
         .into_any()

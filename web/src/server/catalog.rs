@@ -30,6 +30,10 @@ pub trait Catalog: Send + Sync + 'static {
         turn_seq: u64,
         after: Option<EventId>,
     ) -> Answer<'a, Vec<StreamEvent>>;
+    /// Asks the replica running turn `turn_seq` to keep its stream in the
+    /// store (it keeps none until someone wants it); `false` when that
+    /// turn no longer runs.
+    fn want_turn_events<'a>(&'a self, key: &'a SessionKey, turn_seq: u64) -> Answer<'a, bool>;
 }
 
 /// The page's message for a store error; the log keeps the detail.
@@ -96,6 +100,14 @@ impl<T: SessionCatalog + TurnStreamReader + 'static> Catalog for T {
                 .map_err(for_page("reading the running turn's stream"))
         })
     }
+
+    fn want_turn_events<'a>(&'a self, key: &'a SessionKey, turn_seq: u64) -> Answer<'a, bool> {
+        Box::pin(async move {
+            self.want_events(key, turn_seq)
+                .await
+                .map_err(for_page("asking for the running turn's stream"))
+        })
+    }
 }
 
 /// The catalog of a dashboard that reads no stores: `--kubernetes` alone
@@ -131,6 +143,10 @@ impl Catalog for NoStores {
         _: u64,
         _: Option<EventId>,
     ) -> Answer<'a, Vec<StreamEvent>> {
+        Box::pin(async { Err(PageError::NoStores) })
+    }
+
+    fn want_turn_events<'a>(&'a self, _: &'a SessionKey, _: u64) -> Answer<'a, bool> {
         Box::pin(async { Err(PageError::NoStores) })
     }
 }

@@ -2,7 +2,10 @@
 //! stream (the events the replica that runs it copies to the store, see
 //! `baton_session::turn_stream`), read by the dashboard from the store and
 //! folded into the words so far. Reading the store, not the replica, shows
-//! the same on every dashboard and needs no call to a sidecar.
+//! the same on every dashboard and needs no call to a sidecar. A replica
+//! keeps a turn's stream only once someone wants it: a page that finds none
+//! for the running attempt asks for it (a mark on the lease, the only
+//! write a page makes), and its words show from the next read on.
 
 use baton_session::SessionKey;
 use baton_session::turn_stream::{EventKind, MAX_READ, StreamEvent};
@@ -40,7 +43,14 @@ pub async fn read(
             break;
         }
     }
-    Ok(fold(lease, &events))
+    let output = fold(lease, &events);
+    if output.events == 0 {
+        dashboard
+            .catalog
+            .want_turn_events(key, lease.turn_seq)
+            .await?;
+    }
+    Ok(output)
 }
 
 #[derive(Deserialize)]

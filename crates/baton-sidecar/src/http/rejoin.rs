@@ -69,7 +69,10 @@ pub(super) async fn get_turn_stream<S: ApiStore>(
         let view = store.session(&key).await?;
         let alive = live_replicas(store).await?;
         match follower.judge(view.as_ref(), |id| alive.iter().any(|a| a == id)) {
-            TurnState::Running => {}
+            // Its replica keeps its stream once someone wants it.
+            TurnState::Running => {
+                store.want_events(&key, turn_seq).await?;
+            }
             TurnState::Committed { .. } => {
                 return Err(ApiError::new(
                     StatusCode::NOT_FOUND,
@@ -168,6 +171,11 @@ async fn follow<S: ApiStore>(
             };
             if state == TurnState::Running {
                 over_since = None;
+                // Nothing new for a while from a turn that runs: its
+                // replica may not keep its stream (a retry whose own
+                // client is still with it); ask again. Errors are asked
+                // again at the next check.
+                let _ = store.want_events(key, follower.turn_seq()).await;
             } else if over_since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
                 follower.end();
                 let _ = tx.send(made_up_end(follower, state)).await;

@@ -16,7 +16,7 @@ use tokio::task::{JoinError, JoinHandle};
 use super::*;
 use crate::live::{Kind, LiveTurn};
 use crate::outcome::Outcome;
-use crate::recorder::{self, Record};
+use crate::recorder;
 
 /// The body of `POST /v1/sessions/{session}/turns`.
 #[derive(Debug, Deserialize)]
@@ -174,7 +174,7 @@ async fn answer<S: ApiStore>(api: &Api<S>, ask: TurnAsk, stream: bool) -> ApiRes
     if stream {
         stream_turn(&api.engine, ask).await
     } else {
-        let (_, turn) = spawn_turn(&api.engine, ask, Record::WhenStreamed);
+        let (_, turn) = spawn_turn(&api.engine, ask);
         let answer = joined(turn.await)?;
         Ok(answer_json(&api.engine.replica, answer))
     }
@@ -189,13 +189,12 @@ async fn answer<S: ApiStore>(api: &Api<S>, ask: TurnAsk, stream: bool) -> ApiRes
 fn spawn_turn<S: ApiStore>(
     engine: &Arc<Engine<S>>,
     mut ask: TurnAsk,
-    record: Record,
 ) -> (Arc<LiveTurn>, JoinHandle<ApiResult<TurnAnswer>>) {
     let live = Arc::new(LiveTurn::default());
     ask.live = Some(live.clone());
     tokio::spawn({
         let (engine, live, key) = (engine.clone(), live.clone(), ask.key.clone());
-        async move { recorder::record(&engine.store, &key, &live, record).await }
+        async move { recorder::record(&engine.store, &key, &live).await }
     });
     let session = ask.key.session.to_string();
     let turn = tokio::spawn({
@@ -244,7 +243,7 @@ fn joined(ended: Result<ApiResult<TurnAnswer>, JoinError>) -> ApiResult<TurnAnsw
 /// before it started (BUSY, GAP, DRAINING, ...) is answered as JSON with
 /// its status, as without streaming: only a started turn is a stream.
 async fn stream_turn<S: ApiStore>(engine: &Arc<Engine<S>>, ask: TurnAsk) -> ApiResult<Response> {
-    let (live, mut turn) = spawn_turn(engine, ask, Record::Always);
+    let (live, mut turn) = spawn_turn(engine, ask);
     tokio::select! {
         biased;
         () = live.started() => {}
@@ -260,17 +259,20 @@ async fn stream_turn<S: ApiStore>(engine: &Arc<Engine<S>>, ask: TurnAsk) -> ApiR
 
 /// Follows `live` to its end as Server-Sent Events, with a comment every
 /// 15 s so that proxies keep a quiet stream open (an agent may think for a
-/// long while before its first word).
+/// long while before its first word). A client that goes away before the
+/// end may come back on another replica: the turn's events then go to the
+/// store ([`LiveTurn::want`]).
 fn sse_of(
     live: Arc<LiveTurn>,
 ) -> Sse<impl futures::Stream<Item = Result<axum::response::sse::Event, Infallible>>> {
-    let events = futures::stream::unfold((live, 0usize), |(live, from)| async move {
-        let events = live.next_from(from).await;
+    let events = futures::stream::unfold(Following::new(live), |mut following| async move {
+        let events = following.live.next_from(following.from).await;
         if events.is_empty() {
+            following.finished();
             return None;
         }
-        let next = from + events.len();
-        Some((futures::stream::iter(events), (live, next)))
+        following.from += events.len();
+        Some((futures::stream::iter(events), following))
     })
     .flat_map(|e| e)
     .map(|e| {
@@ -280,6 +282,38 @@ fn sse_of(
             .data(e.data))
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+/// A client following a live turn here; dropped with its connection.
+struct Following {
+    live: Arc<LiveTurn>,
+    from: usize,
+    to_the_end: bool,
+}
+
+impl Following {
+    fn new(live: Arc<LiveTurn>) -> Self {
+        Self {
+            live,
+            from: 0,
+            to_the_end: false,
+        }
+    }
+}
+
+impl Following {
+    /// The client was sent the end: nothing to keep for it.
+    fn finished(&mut self) {
+        self.to_the_end = true;
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        if !self.to_the_end {
+            self.live.want();
+        }
+    }
 }
 
 /// The answer to a turn, written straight from the turn's fields (built as
