@@ -614,6 +614,41 @@ async fn a_rollout_under_streamed_load_loses_no_turn(stores: Stores) {
     }
 }
 
+/// Under streamed load, a second client rejoins every turn from its start
+/// as soon as its first word is out (`baton bench --stream --follow`): each
+/// follower is shown exactly the words its turn committed, though no turn
+/// kept its stream until its follower asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_turn_followed_under_load_shows_what_committed() {
+    let _one = serial().await;
+    let dev = Cluster::start(Stores::Embedded).await;
+    let out = dev
+        .bench(&[
+            "--sessions=12",
+            "--concurrency=6",
+            "--duration=5s",
+            "--stream",
+            "--follow",
+            "--stream-chunks=30",
+            "--stream-interval-ms=20",
+            "--verify",
+        ])
+        .wait_with_output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "bench failed: {report}");
+    assert_eq!(report["verifyErrors"], json!([]), "{report}");
+    let stream = &report["stream"];
+    let followed = stream["followedTurns"].as_u64().unwrap();
+    assert!(followed >= 10, "{report}");
+    assert_eq!(stream["shownNotCommitted"], 0, "{report}");
+    // Each follower replayed its turn from the first word.
+    assert!(
+        stream["followedDeltas"].as_u64().unwrap() >= followed * 30,
+        "{report}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_under_streamed_load_embedded() {
     a_rollout_under_streamed_load_loses_no_turn(Stores::Embedded).await;

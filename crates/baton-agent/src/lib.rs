@@ -291,7 +291,7 @@ pub fn router(config: AgentConfig) -> Router {
 /// Serves the agent on `listener` until the future is dropped.
 pub async fn serve(listener: tokio::net::TcpListener, config: AgentConfig) -> std::io::Result<()> {
     baton_serve::serve(
-        listener,
+        baton_serve::no_delay(listener),
         router(config),
         baton_serve::Limits::DEFAULT,
         std::future::pending(),

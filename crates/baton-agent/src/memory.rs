@@ -152,10 +152,16 @@ pub fn respond(memory: &Memory, input: &str) -> Outcome {
         stream: None,
     };
 
-    if let Some(ms) = input.strip_prefix("/sleep ") {
-        let ms: u64 = ms.trim().parse().unwrap_or(0).min(600_000);
+    if let Some(rest) = input.strip_prefix("/sleep ") {
+        // `/sleep <ms> [text]`: the reply (the text, or what it did) after
+        // that long, at once: a streamed turn's twin for benchmarks.
+        let (ms, text) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
+        let ms: u64 = ms.parse().unwrap_or(0).min(600_000);
         outcome.delay = Duration::from_millis(ms);
-        outcome.reply = format!("slept {ms} ms");
+        outcome.reply = match text.trim() {
+            "" => format!("slept {ms} ms"),
+            text => text.to_owned(),
+        };
     } else if let Some((rest, cut)) = input
         .strip_prefix("/stream-cut")
         .map(|r| (r, true))
@@ -291,6 +297,10 @@ mod tests {
     fn commands_for_tests() {
         let out = respond(&Memory::default(), "/sleep 250");
         assert_eq!(out.delay, Duration::from_millis(250));
+        assert_eq!(out.reply, "slept 250 ms");
+        let out = respond(&Memory::default(), "/sleep 40 the same words, at once");
+        assert_eq!(out.delay, Duration::from_millis(40));
+        assert_eq!(out.reply, "the same words, at once");
         assert!(respond(&Memory::default(), "/fail").fail);
         let out = respond(&Memory::default(), "/write report.txt 42 apples");
         assert_eq!(

@@ -103,6 +103,16 @@ impl Http {
             .await
     }
 
+    /// GETs an event stream from Baton; the body is left to read.
+    pub(crate) async fn get_stream(
+        &self,
+        uri: &Uri,
+    ) -> Result<http::Response<hyper::body::Incoming>, Failure> {
+        let accept = (ACCEPT, HeaderValue::from_static("text/event-stream"));
+        self.request(Method::GET, uri, Bytes::new(), true, Some(accept))
+            .await
+    }
+
     async fn send(
         &self,
         method: Method,

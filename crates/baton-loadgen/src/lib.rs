@@ -148,8 +148,16 @@ pub struct BenchArgs {
     #[arg(long)]
     pub stream: bool,
 
-    /// The turns `--stream` would send, as plain messages the agent answers
-    /// at once (JSON): the baseline for what streaming costs the stores.
+    /// With `--stream`: a second client rejoins each turn from its start as
+    /// soon as its first delta arrives (`GET …/turns/{turnSeq}/stream`), as
+    /// a dashboard or another tab would, so that every turn's stream is kept
+    /// in the store; checked like the first client's.
+    #[arg(long, requires = "stream")]
+    pub follow: bool,
+
+    /// The turns `--stream` would send, unstreamed: each takes as long
+    /// (`/sleep` for chunks × interval) and its same reply comes at once,
+    /// as JSON. The baseline for what streaming costs the stores.
     #[arg(long, conflicts_with = "stream")]
     pub stream_baseline: bool,
 
@@ -216,8 +224,12 @@ pub struct StreamReport {
     /// Deltas received, and per second of the run.
     pub deltas: u64,
     pub deltas_per_second: f64,
-    /// Acknowledged turns whose deltas joined were not the committed reply.
+    /// Acknowledged turns whose deltas joined were not the committed reply
+    /// (for the first client, or for a follower).
     pub shown_not_committed: u64,
+    /// `--follow`: turns a second client rejoined, and the deltas it read.
+    pub followed_turns: u64,
+    pub followed_deltas: u64,
 }
 
 /// A client's streamed turns, as they went.
@@ -226,6 +238,8 @@ struct StreamStats {
     first_delta: Vec<Duration>,
     deltas: u64,
     wrong: Vec<String>,
+    followed_turns: u64,
+    followed_deltas: u64,
 }
 
 /// One session as its client knows it.
@@ -362,8 +376,48 @@ impl Client {
                 _ => Attempt::Failed(format!("{status} {outcome}")),
             };
         }
-        let streamed = streamed::read(answer.into_body(), started, true).await;
+        let (first_delta, follow_now) = tokio::sync::oneshot::channel();
+        let (streamed, followed) = tokio::join!(
+            streamed::read(answer.into_body(), started, true, Some(first_delta)),
+            self.rejoin(session, follow_now),
+        );
         self.count(session, &streamed, stats);
+        if let Some(followed) = followed {
+            stats.followed_turns += 1;
+            match followed {
+                Ok(f) => {
+                    stats.followed_deltas += f.deltas;
+                    // The follower's end is the turn's: it must agree.
+                    let agrees = match (&f.end, &streamed.end) {
+                        (
+                            streamed::End::Committed { reply: a, .. },
+                            streamed::End::Committed { reply: b, .. },
+                        ) => a == b,
+                        (streamed::End::Failed { .. }, streamed::End::Failed { .. }) => true,
+                        // A connection broke, or the turn's replica stopped
+                        // before its end reached the stream (the follower is
+                        // told to ask again): nothing to compare.
+                        (_, streamed::End::Broken(_)) | (streamed::End::Broken(_), _) => true,
+                        _ => false,
+                    };
+                    if let Err(why) = streamed::shown_is_reply(&f) {
+                        stats.wrong.push(format!(
+                            "{} turn {} (follower): {why}",
+                            session.id, session.next_seq
+                        ));
+                    } else if !agrees {
+                        stats.wrong.push(format!(
+                            "{} turn {}: the follower saw {:?}, the client {:?}",
+                            session.id, session.next_seq, f.end, streamed.end
+                        ));
+                    }
+                }
+                Err(why) => stats.wrong.push(format!(
+                    "{} turn {} (follower): {why}",
+                    session.id, session.next_seq
+                )),
+            }
+        }
         match streamed.end {
             streamed::End::Committed { status, .. } if status == "OK" => {
                 Attempt::Acknowledged("OK")
@@ -383,6 +437,34 @@ impl Client {
             streamed::End::Broken(_) => Attempt::Retry("DROPPED".into()),
             other => Attempt::Failed(format!("an unexpected end: {other:?}")),
         }
+    }
+
+    /// `--follow`: once the turn's first delta is in, rejoins it from its
+    /// start on the same URL and reads it to the end. `None` without
+    /// `--follow`, or when the turn streamed no delta.
+    async fn rejoin(
+        &self,
+        session: &Session,
+        first_delta: tokio::sync::oneshot::Receiver<()>,
+    ) -> Option<Result<streamed::Streamed, String>> {
+        if !self.args.follow || first_delta.await.is_err() {
+            return None;
+        }
+        let path = format!(
+            "/v1/sessions/{}/turns/{}/stream",
+            session.id, session.next_seq
+        );
+        let uri = match http_client::uri("--url", &self.args.url, &path) {
+            Ok(uri) => uri,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        Some(match self.http.get_stream(&uri).await {
+            Ok(answer) if answer.status() == http::StatusCode::OK => {
+                Ok(streamed::read(answer.into_body(), Instant::now(), true, None).await)
+            }
+            Ok(answer) => Err(format!("the rejoin answered {}", answer.status())),
+            Err(e) => Err(format!("the rejoin: {e}")),
+        })
     }
 
     /// The agent called directly, its answer read as an event stream.
@@ -406,7 +488,7 @@ impl Client {
             Ok(answer) => return Attempt::Failed(format!("agent answered {}", answer.status())),
             Err(e) => return Attempt::Failed(format!("agent: {e}")),
         };
-        let streamed = streamed::read(answer.into_body(), started, false).await;
+        let streamed = streamed::read(answer.into_body(), started, false, None).await;
         self.count(session, &streamed, stats);
         match streamed.end {
             streamed::End::Final { state, .. } => {
@@ -479,18 +561,12 @@ impl Client {
             i += 1;
             let session = &mut sessions[idx];
             let seq = session.next_seq;
-            let input = if self.args.stream || self.args.stream_baseline {
-                let asked = streamed::input(
-                    &session.id,
-                    seq,
-                    self.args.stream_chunks,
-                    self.args.stream_interval_ms,
-                );
-                if self.args.stream_baseline {
-                    streamed::text_of(&asked).to_owned()
-                } else {
-                    asked
-                }
+            let (chunks, interval) = (self.args.stream_chunks, self.args.stream_interval_ms);
+            let input = if self.args.stream {
+                streamed::input(&session.id, seq, chunks, interval)
+            } else if self.args.stream_baseline {
+                let streamed = streamed::input(&session.id, seq, chunks, interval);
+                streamed::unstreamed(&streamed, chunks, interval)
             } else {
                 input_for(self.args.mix.pick(seq), &session.id, seq)
             };
@@ -651,6 +727,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         stream.first_delta.extend(r.stream.first_delta);
         stream.deltas += r.stream.deltas;
         stream.wrong.extend(r.stream.wrong);
+        stream.followed_turns += r.stream.followed_turns;
+        stream.followed_deltas += r.stream.followed_deltas;
     }
     report.seconds = started.elapsed().as_secs_f64();
     latencies.sort();
@@ -670,6 +748,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
             deltas: stream.deltas,
             deltas_per_second: stream.deltas as f64 / report.seconds,
             shown_not_committed: stream.wrong.len() as u64,
+            followed_turns: stream.followed_turns,
+            followed_deltas: stream.followed_deltas,
         });
     }
     if args.verify {
@@ -774,6 +854,12 @@ pub fn render(r: &Report) -> String {
             st.deltas_per_second,
             st.shown_not_committed
         ));
+        if st.followed_turns > 0 {
+            out.push_str(&format!(
+                "followed            {} turns rejoined, {} deltas read\n",
+                st.followed_turns, st.followed_deltas
+            ));
+        }
     }
     if r.unverified_sessions > 0 {
         out.push_str(&format!(

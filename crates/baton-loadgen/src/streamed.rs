@@ -32,9 +32,19 @@ pub fn input(session: &str, seq: u64, chunks: u32, interval_ms: u32) -> String {
     format!("/stream {chunks} {interval_ms} {text}")
 }
 
-/// The reply text of an [`input`]: sent alone, the same turn unstreamed.
+/// The reply text of an [`input`].
 pub fn text_of(input: &str) -> &str {
     input.splitn(4, ' ').nth(3).unwrap_or(input)
+}
+
+/// The turn `streamed` (an [`input`]) asks for, unstreamed: as long, the
+/// same reply, answered at once.
+pub fn unstreamed(streamed: &str, chunks: u32, interval_ms: u32) -> String {
+    format!(
+        "/sleep {} {}",
+        u64::from(chunks) * u64::from(interval_ms),
+        text_of(streamed)
+    )
 }
 
 /// How a streamed answer ended.
@@ -87,7 +97,12 @@ struct Final {
 
 /// Reads a streamed answer to its end. `started` is when the request was
 /// sent; `from_baton` picks which events end it.
-pub async fn read(body: hyper::body::Incoming, started: Instant, from_baton: bool) -> Streamed {
+pub async fn read(
+    body: hyper::body::Incoming,
+    started: Instant,
+    from_baton: bool,
+    mut on_first_delta: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Streamed {
     let mut out = Streamed {
         first_delta: None,
         deltas: 0,
@@ -113,6 +128,9 @@ pub async fn read(body: hyper::body::Incoming, started: Instant, from_baton: boo
             (stream::DELTA, _) => match serde_json::from_str::<stream::Delta>(&event.data) {
                 Ok(delta) => {
                     out.first_delta.get_or_insert_with(|| started.elapsed());
+                    if let Some(tell) = on_first_delta.take() {
+                        let _ = tell.send(());
+                    }
                     out.deltas += 1;
                     out.text.push_str(&delta.text);
                 }

@@ -72,6 +72,27 @@ pub const CLIENT_POOL_IDLE: Duration = Duration::from_secs(5);
 /// the callers that read a body give it this long.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A listener whose connections send at once. An answer is often several
+/// small writes with a pause between them (a streamed turn's events, a
+/// page streamed in parts): Nagle's algorithm would hold each one back
+/// until the client's delayed ACK, 40 ms on Linux. A streamed turn's first
+/// word came 44 ms after the agent's without it (BENCHMARKS.md).
+pub fn no_delay(
+    listener: tokio::net::TcpListener,
+) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
+    use axum::serve::ListenerExt as _;
+    // A named type (not `impl Listener`): axum gives a tapped listener's
+    // connections their client address (`ConnectInfo<SocketAddr>`).
+    listener.tap_io(set_no_delay as fn(&mut tokio::net::TcpStream))
+}
+
+/// Turns Nagle's algorithm off on one connection (see [`no_delay`]).
+pub fn set_no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY");
+    }
+}
+
 /// Serves `router` on `listener` within `limits` until `shutdown`
 /// completes; then stops accepting and returns once every connection
 /// closed (each after its request in flight is answered).

@@ -245,7 +245,7 @@ async fn serve<S: ThreadStore>(
         );
         let mut stop = stopped.clone();
         tokio::spawn(baton_serve::serve(
-            admin_listener,
+            baton_serve::no_delay(admin_listener),
             http::router(
                 api(engine.clone(), auth.clone(), &args),
                 http::Routes::Admin,

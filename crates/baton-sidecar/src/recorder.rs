@@ -3,9 +3,9 @@
 //! connection rejoins it from any replica, and the dashboard watches it.
 //!
 //! The copy runs beside the turn and never holds it up. Events go in
-//! batches: while one append is out, those that arrive wait and go in the
-//! next, so a fast token stream costs one store round trip per batch, not
-//! one per token.
+//! batches, at most one append every [`BATCH_EVERY`] (and while one append
+//! is out, those that arrive wait for the next), so a fast token stream
+//! costs the store ten round trips a second, not one per token.
 //!
 //! A turn is copied only once someone wants it ([`LiveTurn::want`]): the
 //! client that followed it here went away before its end (it may come back
@@ -29,6 +29,11 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// failure (see [`crate::follow`]).
 const MAX_FAILURES: u32 = 50;
 
+/// Shortest time between two appends of one turn: a model writing a token
+/// every 10 ms costs the store ten appends a second, not a hundred. A
+/// follower sees the words this much later, at most.
+const BATCH_EVERY: Duration = Duration::from_millis(100);
+
 /// How long after its end a turn can still be wanted: its client's
 /// connection may break just as the last event goes out.
 const WANTED_AFTER_END: Duration = Duration::from_secs(1);
@@ -51,6 +56,7 @@ pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn
     let mut seen = 0;
     let mut stored = 0;
     let mut failures = 0;
+    let mut appended_at: Option<tokio::time::Instant> = None;
     loop {
         // Wait for news only once everything seen is stored.
         if stored >= seen {
@@ -59,6 +65,14 @@ pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn
                 return; // ended, and all of it stored
             }
             seen += fresh.len();
+        }
+        // At most one append per BATCH_EVERY while the turn runs: what
+        // comes meanwhile joins the batch (its end goes at once).
+        if let Some(at) = appended_at {
+            tokio::select! {
+                () = tokio::time::sleep_until(at + BATCH_EVERY) => {}
+                () = live.ended() => {}
+            }
         }
         let batch = live.events_from(stored);
         let Some(first) = batch.first() else {
@@ -69,6 +83,7 @@ pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn
             return;
         }
         let turn_seq = live.turn_seq();
+        appended_at = Some(tokio::time::Instant::now());
         match store.append_events(key, turn_seq, &batch).await {
             Ok(true) => {
                 stored += batch.len();

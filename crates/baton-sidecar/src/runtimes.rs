@@ -65,7 +65,10 @@ impl axum::serve::Listener for Lane {
             };
             // Registers the socket with this thread's reactor.
             match TcpStream::from_std(connection) {
-                Ok(connection) => return (connection, peer),
+                Ok(mut connection) => {
+                    baton_serve::set_no_delay(&mut connection);
+                    return (connection, peer);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "dropping a connection this thread could not take")
                 }

@@ -481,22 +481,8 @@ pub struct DashboardArgs {
     pub kubernetes_namespace: Option<String>,
 }
 
-/// A listener whose connections send at once: pages are streamed in
-/// several writes, and Nagle's algorithm would hold the last one back until
-/// the client's delayed ACK (40 ms on Linux).
-pub fn no_delay(
-    listener: tokio::net::TcpListener,
-) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
-    use axum::serve::ListenerExt as _;
-    fn set_nodelay(tcp: &mut tokio::net::TcpStream) {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY");
-        }
-    }
-    // A named type (not `impl Listener`): axum gives a tapped listener's
-    // connections their client address (`ConnectInfo<SocketAddr>`).
-    listener.tap_io(set_nodelay as fn(&mut tokio::net::TcpStream))
-}
+/// A listener whose connections send at once (see [`baton_serve::no_delay`]).
+pub use baton_serve::no_delay;
 
 /// Who may sign in: the tokens file, or open on a loopback address only.
 pub fn auth_for(
