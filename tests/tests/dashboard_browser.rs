@@ -359,7 +359,7 @@ async fn dashboard_in_a_browser(stores: Stores) {
         (409, Some("INTERRUPTED")),
         "{stopped}"
     );
-    hydrated(&browser).await;
+    // The page the Stop returned to (rendered after the interrupt) shows it.
     browser
         .wait_text(
             "tr.turn[data-seq=\"2\"] td.outcome",

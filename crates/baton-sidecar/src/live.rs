@@ -118,6 +118,30 @@ impl LiveTurn {
         let _ = wanted.wait_for(|w| *w).await;
     }
 
+    /// Waits until the turn streams (its first delta or progress); `false`
+    /// when it ended without.
+    pub async fn streamed(&self) -> bool {
+        let mut count = self.count.subscribe();
+        loop {
+            {
+                let inner = self.lock();
+                if inner
+                    .events
+                    .iter()
+                    .any(|e| matches!(e.kind, Kind::Delta | Kind::Progress))
+                {
+                    return true;
+                }
+                if inner.closed || inner.events.last().is_some_and(|e| e.kind.ends()) {
+                    return false;
+                }
+            }
+            if count.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+
     /// Waits until the turn has ended (or was refused before it started).
     pub async fn ended(&self) {
         let mut count = self.count.subscribe();

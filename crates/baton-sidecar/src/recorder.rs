@@ -20,7 +20,7 @@ use std::time::Duration;
 use baton_session::SessionKey;
 use baton_session::turn_stream::{MAX_READ, TurnStreams};
 
-use crate::live::{Event, Kind, LiveTurn};
+use crate::live::{Event, LiveTurn};
 
 /// Pause before an append that failed is tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
@@ -42,16 +42,20 @@ const WANTED_AFTER_END: Duration = Duration::from_secs(1);
 /// refuses it (a newer attempt wrote) or the store fails
 /// [`MAX_FAILURES`] times in a row.
 pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn) {
+    let kept_before = async {
+        if live.streamed().await && continues_a_kept_stream(store, key, live).await {
+            return;
+        }
+        std::future::pending::<()>().await;
+    };
+    let unwanted = async {
+        live.ended().await;
+        tokio::time::sleep(WANTED_AFTER_END).await;
+    };
     tokio::select! {
         () = live.wanted() => {}
-        () = live.ended() => {
-            if !continues_a_kept_stream(store, key, live).await {
-                tokio::select! {
-                    () = live.wanted() => {}
-                    () = tokio::time::sleep(WANTED_AFTER_END) => return,
-                }
-            }
-        }
+        () = kept_before => {}
+        () = unwanted => return,
     }
     let mut seen = 0;
     let mut stored = 0;
@@ -112,8 +116,10 @@ pub async fn record<S: TurnStreams>(store: &S, key: &SessionKey, live: &LiveTurn
 
 /// Whether `live` is a retry of a turn whose earlier attempt's stream was
 /// kept (its followers saw that attempt die): then this attempt's words
-/// must follow in the stream, or a client replaying the turn would be shown
-/// the dead attempt's. One read, made only by a turn that streamed.
+/// must follow in the stream as they come, or a client replaying the turn
+/// would be shown the dead attempt's. One read, made once a turn streams
+/// (its first delta or progress): a turn whose agent answers at once pays
+/// nothing.
 async fn continues_a_kept_stream<S: TurnStreams>(
     store: &S,
     key: &SessionKey,
@@ -123,11 +129,7 @@ async fn continues_a_kept_stream<S: TurnStreams>(
     let Some(first) = events.first() else {
         return false;
     };
-    if first.attempt == 0
-        || !events
-            .iter()
-            .any(|e| matches!(e.kind, Kind::Delta | Kind::Progress))
-    {
+    if first.attempt == 0 {
         return false;
     }
     store
