@@ -643,6 +643,10 @@ async fn first_event<T: serde::de::DeserializeOwned>(
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK, "{uri}");
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "text/event-stream"
+    );
     let mut body = response.into_body();
     let mut seen = String::new();
     while !seen.contains("\n\n") {
@@ -825,36 +829,8 @@ async fn live_updates_stream_the_page_data() {
     let f = fixture().await;
     commit_turns(&f, "acme", "live-1", "replica-0-aaaaaa", 1, &[]).await;
     let cookie = sign_in(&f.router, VIEWER).await;
-    let response = f
-        .router
-        .clone()
-        .oneshot(
-            Request::get("/dashboard/live/sessions?tenant=acme")
-                .header(header::COOKIE, &cookie)
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(
-        response.headers()[header::CONTENT_TYPE],
-        "text/event-stream"
-    );
-    let mut body = response.into_body();
-    let mut seen = String::new();
-    while !seen.contains("\n\n") {
-        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
-            .await
-            .expect("an event within 10 s")
-            .unwrap()
-            .unwrap();
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
-    let json = seen.strip_prefix("data: ").unwrap().trim();
-    let data: baton_web::model::SessionsData = serde_json::from_str(json).unwrap();
+    let data: baton_web::model::SessionsData =
+        first_event(&f.router, &cookie, "/dashboard/live/sessions?tenant=acme").await;
     assert_eq!(data.rows.len(), 1);
     assert_eq!(data.rows[0].summary.session, "live-1");
 }

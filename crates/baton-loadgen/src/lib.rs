@@ -467,6 +467,23 @@ impl Client {
         })
     }
 
+    /// A turn as the agent contract takes it (direct mode: the load
+    /// generator keeps the state).
+    fn agent_request<'a>(
+        &self,
+        session: &'a Session,
+        input: &str,
+    ) -> baton_api::agent_contract::TurnRequest<&'a Value> {
+        baton_api::agent_contract::TurnRequest {
+            session: session.id.clone(),
+            tenant: "bench".into(),
+            turn_seq: session.next_seq,
+            input: input.to_owned(),
+            state: &session.state,
+            workspace_dir: self.scratch.path().join(&session.id),
+        }
+    }
+
     /// The agent called directly, its answer read as an event stream.
     async fn attempt_direct_streamed(
         &self,
@@ -474,14 +491,7 @@ impl Client {
         input: &str,
         stats: &mut StreamStats,
     ) -> Attempt {
-        let req = baton_api::agent_contract::TurnRequest {
-            session: session.id.clone(),
-            tenant: "bench".into(),
-            turn_seq: session.next_seq,
-            input: input.to_owned(),
-            state: &session.state,
-            workspace_dir: self.scratch.path().join(&session.id),
-        };
+        let req = self.agent_request(session, input);
         let started = Instant::now();
         let answer = match self.http.post_stream(&session.turns, &req, false).await {
             Ok(answer) if answer.status().is_success() => answer,
@@ -511,14 +521,7 @@ impl Client {
     }
 
     async fn attempt_direct(&self, session: &mut Session, input: &str) -> Attempt {
-        let req = baton_api::agent_contract::TurnRequest {
-            session: session.id.clone(),
-            tenant: "bench".into(),
-            turn_seq: session.next_seq,
-            input: input.to_owned(),
-            state: &session.state,
-            workspace_dir: self.scratch.path().join(&session.id),
-        };
+        let req = self.agent_request(session, input);
         match self.http.post_json(&session.turns, &req, false).await {
             Ok((status, body)) if status.is_success() => {
                 match serde_json::from_slice::<baton_api::agent_contract::TurnResponse>(&body) {
