@@ -270,6 +270,28 @@ async fn a_replica_killed_mid_stream_ends_its_followers_and_the_retry_is_a_new_a
         .await;
     assert_eq!(ids(&replay), ids(&events));
     assert_eq!(streamed_text(&replay), "the retried answer");
+    // The ledger holds the turn once: the retry's attempt.
+    let history = baton_testkit::poll_async(
+        std::time::Duration::from_secs(20),
+        "turn 1 in the history",
+        || async {
+            let view: Value = dev
+                .http
+                .get(format!("{b}/v1/sessions/killed"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let turns = view["turns"].as_array()?.clone();
+            (!turns.is_empty()).then_some(turns)
+        },
+    )
+    .await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["turnSeq"], 1, "{history:?}");
+    assert_eq!(history[0]["fence"].as_u64(), Some(retried), "{history:?}");
 }
 
 /// The agents' count of streamed answers whose request the sidecar closed
