@@ -119,6 +119,7 @@ static CLUSTER: LazyLock<Cluster> = LazyLock::new(|| {
         .prefix("baton-chart-node-")
         .tempdir()
         .unwrap();
+    baton_testkit::remove_on_exit(work_dir.path());
     let node = RUNTIME.block_on(async {
         let client = cp.admin_client().await;
         let mut config = NodeConfig::new("node-0", work_dir.path(), ImageTable::standard(&binary));

@@ -41,6 +41,13 @@ fn on_process_exit(cleanup: &str, server: Option<u32>) {
         .spawn();
 }
 
+/// Removes `path` once this test process has exited (a moment after, so
+/// that the processes other watchers stop have let go of it): a temporary
+/// directory held by a `static` is never dropped, and was left behind.
+pub fn remove_on_exit(path: &std::path::Path) {
+    on_process_exit(&format!("sleep 1; rm -rf '{}'", path.display()), None);
+}
+
 /// A port that was free a moment ago on 127.0.0.1, and that no other call
 /// in this process has returned. The kernel may hand a released port out
 /// again at once; a test that killed its server and starts it again on the

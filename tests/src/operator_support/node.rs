@@ -42,6 +42,7 @@ pub fn node() -> &'static TestNode {
                 .prefix("baton-operator-node-")
                 .tempdir()
                 .expect("temp dir");
+            baton_testkit::remove_on_exit(work_dir.path());
             let node = RUNTIME.block_on(async {
                 let client = cp.admin_client().await;
                 let next = work_dir.path().join("baton-next");
