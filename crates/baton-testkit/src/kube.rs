@@ -43,14 +43,15 @@ impl ControlPlane {
             .spawn()
             .expect("scripts/kube-control-plane runs");
         let pid = supervisor.id();
-        // The directory too: a control plane held by a `static` is never
-        // dropped (its `TempDir` would remove it).
+        // The directory too, whether the supervisor is still there or not
+        // (a suite's end kills it): a control plane held by a `static` is
+        // never dropped (its `TempDir` would remove it).
         on_process_exit(
             &format!(
                 "kill -TERM {pid} 2>/dev/null; for i in $(seq 1 100); do kill -0 {pid} 2>/dev/null || break; sleep 0.1; done; rm -rf '{}'",
                 dir.path().display()
             ),
-            Some(pid),
+            None,
         );
         let ready = dir.path().join("ready");
         let supervisor_log = dir.path().join("supervisor.log");

@@ -10,7 +10,6 @@ pub use cluster::{RedisCluster, Shard};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,16 +27,15 @@ fn on_process_exit(cleanup: &str, server: Option<u32>) {
         "while kill -0 {} 2>/dev/null; do {server_gone}sleep 0.5; done; {cleanup}",
         std::process::id()
     );
-    // A process group of its own: `scripts/run-suites` SIGKILLs a suite's
-    // group once it exits, which would take this watcher with it before
-    // the cleanup runs (and a daemonised Postgres, in a session of its own,
-    // would live on).
-    let _ = Command::new("sh")
-        .args(["-c", &script])
+    // A session of its own (`setsid`): `scripts/run-suites` SIGKILLs every
+    // process of a suite's session once it exits, which took this watcher
+    // with it before its cleanup ran (a daemonised Postgres, in a session
+    // of its own, lived on, and temporary directories stayed).
+    let _ = Command::new("setsid")
+        .args(["sh", "-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .process_group(0)
         .spawn();
 }
 
