@@ -253,12 +253,7 @@ pub async fn takeover(
     let entry = dashboard
         .audit(&viewer.name, "takeover", &target, outcome)
         .await;
-    let back = if data::session_key(&form.tenant, &form.session).is_ok() {
-        session_path(&form.tenant, &form.session)
-    } else {
-        "/dashboard".into()
-    };
-    Redirect::to(&format!("{back}?done={}", entry.id)).into_response()
+    back_to_session(&form.tenant, &form.session, entry.id)
 }
 
 /// Calls `act` on each live replica in turn until one does it, those not
@@ -350,12 +345,18 @@ pub async fn interrupt(
     let entry = dashboard
         .audit(&viewer.name, "interrupt", &target, outcome)
         .await;
-    let back = if data::session_key(&form.tenant, &form.session).is_ok() {
-        session_path(&form.tenant, &form.session)
+    back_to_session(&form.tenant, &form.session, entry.id)
+}
+
+/// Where an action on a session returns: the session's page with the
+/// action's audit id (the dashboard when the ids were not valid).
+fn back_to_session(tenant: &str, session: &str, done: u64) -> Response {
+    let back = if data::session_key(tenant, session).is_ok() {
+        session_path(tenant, session)
     } else {
         "/dashboard".into()
     };
-    Redirect::to(&format!("{back}?done={}", entry.id)).into_response()
+    Redirect::to(&format!("{back}?done={done}")).into_response()
 }
 
 #[derive(Deserialize)]
